@@ -1,0 +1,185 @@
+"""The ``rifflux`` command: a thin layer that parses arguments, calls the core, prints.
+
+Bad input exits non-zero with one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rifflux.config import Settings
+from rifflux.errors import RiffluxError
+from rifflux.logs import configure_logging
+from rifflux.search.service import MODES, SearchService
+
+EXIT_USAGE = 2
+EXIT_ERROR = 1
+
+
+def _common_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", type=Path, help="index database (default: $RIFFLUX_DB_PATH)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rifflux", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    index = sub.add_parser("index", help="index files and directories")
+    index.add_argument("paths", nargs="*", type=Path, help="roots to index (default: .)")
+    _common_db(index)
+    index.add_argument("--force", action="store_true", help="re-chunk and re-embed everything")
+    index.add_argument("--no-prune", action="store_true", help="keep files that vanished")
+    index.add_argument("--rebuild", action="store_true", help="delete the index and build anew")
+    index.add_argument("--json", action="store_true", help="print the report as JSON")
+    index.set_defaults(handler=cmd_index)
+
+    search = sub.add_parser("search", help="search the index")
+    search.add_argument("query")
+    search.add_argument("--mode", default="hybrid", choices=MODES)
+    search.add_argument("--top-k", type=int, default=10)
+    _common_db(search)
+    search.add_argument("--json", action="store_true", help="print the MCP tool's JSON object")
+    search.set_defaults(handler=cmd_search)
+
+    chunk = sub.add_parser("get-chunk", help="print one chunk by id")
+    chunk.add_argument("chunk_id")
+    _common_db(chunk)
+    chunk.set_defaults(handler=cmd_get_chunk)
+
+    get_file = sub.add_parser("get-file", help="print an indexed file's chunks")
+    get_file.add_argument("path")
+    _common_db(get_file)
+    get_file.set_defaults(handler=cmd_get_file)
+
+    status = sub.add_parser("status", help="index counts, jobs and workers")
+    _common_db(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env().with_overrides(db_path=getattr(args, "db", None))
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from rifflux.index.indexer import Indexer
+
+    settings = _settings(args)
+    if args.rebuild:
+        remove_index(settings.db_path)
+    roots = args.paths or [Path(".")]
+    report = Indexer(settings).run(roots, force=args.force, prune_missing=not args.no_prune)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(
+            f"indexed {report.files_indexed} files ({report.chunks_written} chunks, "
+            f"{report.vectors_new} embedded, {report.vectors_reused} reused), "
+            f"unchanged {report.files_unchanged + report.files_metadata_only}, "
+            f"deleted {report.files_deleted}, skipped {len(report.skipped)} "
+            f"in {report.duration_s:.2f}s"
+        )
+        for skipped in report.skipped:
+            print(f"  skipped {skipped.rel_path}: {skipped.reason}")
+    return 0
+
+
+def remove_index(db_path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+
+
+def _snippet(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def format_results(response: dict[str, Any]) -> str:
+    lines = [f"{response['count']} results for {response['query']!r} ({response['mode']})"]
+    for rank, result in enumerate(response["results"], start=1):
+        score = ", ".join(
+            f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in result["score_breakdown"].items()
+        )
+        lines.append(f"{rank:>3}. {result['path']}#{result['chunk_index']}  [{score}]")
+        if result["heading_path"]:
+            lines.append(f"     {result['heading_path']}")
+        lines.append(f"     {_snippet(result['content'])}")
+    return "\n".join(lines)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    service = SearchService(_settings(args))
+    try:
+        response = service.search_response(args.query, top_k=args.top_k, mode=args.mode)
+    finally:
+        service.close()
+    if args.json:
+        _print_json(response)
+    else:
+        print(format_results(response))
+    return 0
+
+
+def cmd_get_chunk(args: argparse.Namespace) -> int:
+    service = SearchService(_settings(args))
+    try:
+        _print_json({"chunk": service.get_chunk(args.chunk_id)})
+    finally:
+        service.close()
+    return 0
+
+
+def cmd_get_file(args: argparse.Namespace) -> int:
+    service = SearchService(_settings(args))
+    try:
+        _print_json({"file": service.get_file(args.path)})
+    finally:
+        service.close()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    service = SearchService(_settings(args))
+    try:
+        counts = service.counts()
+    finally:
+        service.close()
+    if args.json:
+        _print_json(counts)
+    else:
+        for key, value in counts.items():
+            print(f"{key:>18}: {value}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        settings = Settings.from_env()
+        configure_logging(settings.log_level, style="console")
+        return handler(args)
+    except RiffluxError as exc:
+        print(f"rifflux: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except ValueError as exc:
+        print(f"rifflux: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

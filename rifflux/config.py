@@ -1,0 +1,169 @@
+"""Typed settings, read once from ``RIFFLUX_*`` environment variables.
+
+Every tunable lives here with its default. The original Rifflux spelled the prefix
+``RIFLUX_`` in some releases; those names are still read as a fallback so existing
+MCP host configurations keep working.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rifflux.errors import ConfigError
+
+PREFIX = "RIFFLUX_"
+LEGACY_PREFIX = "RIFLUX_"
+
+DEFAULT_DB_PATH = Path(".rifflux") / "index.db"
+DEFAULT_INCLUDE_GLOBS = ("*.md", "*.markdown", "*.mdx", "*.txt")
+DEFAULT_EXCLUDE_GLOBS = (".git", ".venv", "node_modules", "__pycache__", ".rifflux")
+EMBEDDING_BACKENDS = ("auto", "onnx", "hash")
+
+T = TypeVar("T")
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _parse_backend(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in EMBEDDING_BACKENDS:
+        raise ValueError(f"expected one of {', '.join(EMBEDDING_BACKENDS)}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("expected an integer >= 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
+
+
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if value < 0:
+        raise ValueError("expected a number >= 0")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """All Rifflux configuration. Build with :meth:`from_env`; override with ``replace``."""
+
+    db_path: Path = DEFAULT_DB_PATH
+    # Paths in the index are stored relative to this directory (POSIX separators), so
+    # the same layout gives the same paths on every machine. Empty: the directory the
+    # index was first built from, recorded in the database.
+    base_dir: Path | None = None
+    embedding_backend: str = "auto"
+    hash_embedding_dim: int = 384
+    embed_batch_size: int = 32
+    # 0 lets onnxruntime pick (one thread per core).
+    onnx_threads: int = 0
+    max_chunk_chars: int = 1200
+    min_chunk_chars: int = 150
+    include_globs: tuple[str, ...] = DEFAULT_INCLUDE_GLOBS
+    exclude_globs: tuple[str, ...] = DEFAULT_EXCLUDE_GLOBS
+    max_file_bytes: int = 5_000_000
+    rrf_k: int = 60
+    candidate_multiplier: int = 2
+    lexical_weight: float = 1.0
+    semantic_weight: float = 1.0
+    # Empty: an SQLite broker file next to the index database.
+    broker_url: str = ""
+    # Target size of one embed batch message (bytes of file text).
+    batch_target_bytes: int = 256_000
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    http_host: str = "127.0.0.1"
+    http_port: int = 8765
+    http_token: str = ""
+    log_level: str = "INFO"
+    file_watcher: bool = False
+    file_watcher_paths: tuple[str, ...] = ()
+    file_watcher_debounce_ms: int = 500
+    auto_reindex_on_search: bool = False
+    auto_reindex_min_interval_seconds: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        overrides: dict[str, Any] = {}
+
+        def read(name: str, attr: str, parse: Callable[[str], T]) -> None:
+            for key in (PREFIX + name, LEGACY_PREFIX + name):
+                if key in env:
+                    try:
+                        overrides[attr] = parse(env[key])
+                    except ValueError as exc:
+                        raise ConfigError(f"{key}={env[key]!r} is invalid: {exc}") from None
+                    return
+
+        read("DB_PATH", "db_path", Path)
+        read("BASE_DIR", "base_dir", lambda raw: Path(raw) if raw.strip() else None)
+        read("EMBEDDING_BACKEND", "embedding_backend", _parse_backend)
+        read("EMBEDDING_DIM", "hash_embedding_dim", _positive_int)
+        read("EMBED_BATCH_SIZE", "embed_batch_size", _positive_int)
+        read("ONNX_THREADS", "onnx_threads", _non_negative_int)
+        read("MAX_CHUNK_CHARS", "max_chunk_chars", _positive_int)
+        read("MIN_CHUNK_CHARS", "min_chunk_chars", _non_negative_int)
+        read("INDEX_INCLUDE_GLOBS", "include_globs", _parse_list)
+        read("INDEX_EXCLUDE_GLOBS", "exclude_globs", _parse_list)
+        read("MAX_FILE_BYTES", "max_file_bytes", _positive_int)
+        read("RRF_K", "rrf_k", _positive_int)
+        read("CANDIDATE_MULTIPLIER", "candidate_multiplier", _positive_int)
+        read("LEXICAL_WEIGHT", "lexical_weight", _non_negative_float)
+        read("SEMANTIC_WEIGHT", "semantic_weight", _non_negative_float)
+        read("BROKER_URL", "broker_url", str.strip)
+        read("BATCH_TARGET_BYTES", "batch_target_bytes", _positive_int)
+        read("WORKERS", "workers", _positive_int)
+        read("HTTP_HOST", "http_host", str.strip)
+        read("HTTP_PORT", "http_port", _positive_int)
+        read("HTTP_TOKEN", "http_token", str.strip)
+        read("LOG_LEVEL", "log_level", lambda raw: raw.strip().upper() or "INFO")
+        read("FILE_WATCHER", "file_watcher", _parse_bool)
+        read("FILE_WATCHER_PATHS", "file_watcher_paths", _parse_list)
+        read("FILE_WATCHER_DEBOUNCE_MS", "file_watcher_debounce_ms", _non_negative_int)
+        read("AUTO_REINDEX_ON_SEARCH", "auto_reindex_on_search", _parse_bool)
+        read(
+            "AUTO_REINDEX_MIN_INTERVAL_SECONDS",
+            "auto_reindex_min_interval_seconds",
+            _non_negative_float,
+        )
+        settings = cls(**overrides)
+        if settings.min_chunk_chars > settings.max_chunk_chars:
+            raise ConfigError(
+                f"RIFFLUX_MIN_CHUNK_CHARS ({settings.min_chunk_chars}) must not exceed "
+                f"RIFFLUX_MAX_CHUNK_CHARS ({settings.max_chunk_chars})"
+            )
+        return settings
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some fields replaced (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def resolved_broker_url(self) -> str:
+        if self.broker_url:
+            return self.broker_url
+        return f"sqlite:///{self.db_path.resolve().parent / 'queue.db'}"

@@ -1,0 +1,62 @@
+"""Choose the embedder from settings: ``onnx``, ``hash``, or ``auto`` (onnx if it can run)."""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from rifflux.config import Settings
+from rifflux.embed.base import Embedder
+from rifflux.embed.hashing import HashEmbedder
+from rifflux.embed.onnx import ONNX_LABEL, OnnxEmbedder, onnx_unavailable_reason
+from rifflux.errors import RiffluxError
+
+_fallback_warned = False
+_fallback_lock = threading.Lock()
+
+
+def _resolve_backend(settings: Settings) -> tuple[str, str | None]:
+    """The backend to use, and why ONNX cannot run (None if it can or was not asked)."""
+    if settings.embedding_backend == "hash":
+        return "hash", None
+    reason = onnx_unavailable_reason()
+    if settings.embedding_backend == "onnx":
+        if reason is not None:
+            raise RiffluxError(f"RIFFLUX_EMBEDDING_BACKEND=onnx but {reason}")
+        return "onnx", None
+    if settings.embedding_backend == "auto":
+        return ("hash", reason) if reason is not None else ("onnx", None)
+    raise RiffluxError(
+        f"embedding backend {settings.embedding_backend!r} is unknown: use auto, onnx or hash"
+    )
+
+
+def embedder_label_for(settings: Settings) -> str:
+    """The label :func:`make_embedder` would give, without loading any model."""
+    backend, _ = _resolve_backend(settings)
+    return ONNX_LABEL if backend == "onnx" else f"hash:{settings.hash_embedding_dim}"
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """The configured embedder. ``auto`` falls back to hashing, with one warning per process."""
+    backend, reason = _resolve_backend(settings)
+    if backend == "onnx":
+        return OnnxEmbedder(threads=settings.onnx_threads, batch_size=settings.embed_batch_size)
+    if reason is not None:
+        _warn_fallback_once(reason)
+    return HashEmbedder(settings.hash_embedding_dim)
+
+
+def _warn_fallback_once(reason: str) -> None:
+    global _fallback_warned
+    with _fallback_lock:
+        if _fallback_warned:
+            return
+        _fallback_warned = True
+    structlog.get_logger(__name__).warning(
+        "embedding_backend_fallback",
+        backend="hash",
+        reason=reason,
+        hint="semantic search quality is much lower with hashed embeddings",
+    )

@@ -1,0 +1,31 @@
+"""Errors that reach a user. Each message says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class RiffluxError(Exception):
+    """Base class: an error whose message is fit to show a user as one line."""
+
+
+class ConfigError(RiffluxError):
+    """A ``RIFFLUX_*`` setting has a value that cannot be used."""
+
+
+class SchemaVersionError(RiffluxError):
+    """The database was written by another schema version."""
+
+
+class EmbeddingModelMismatch(RiffluxError):
+    """The index was embedded with another model than the one configured now."""
+
+
+class RootNotFoundError(RiffluxError):
+    """A path given to index does not exist."""
+
+
+class NotFoundError(RiffluxError):
+    """A chunk or file asked for is not in the index."""
+
+
+class InvalidQueryError(RiffluxError, ValueError):
+    """A search argument is out of its allowed range."""

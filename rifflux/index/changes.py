@@ -1,0 +1,129 @@
+"""Change detection: decide per file whether to skip, refresh metadata, or re-chunk.
+
+mtime+size unchanged → skip without reading. Otherwise the file is read and hashed:
+an unchanged sha256 only refreshes the stored mtime/size; a new hash (or ``force``)
+re-chunks the file. Unindexable input (binary, too large, unreadable) is a skip with
+a reason, never an exception that stops the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from rifflux.index.scan import ScannedFile, is_under
+
+DecisionKind = Literal["unchanged", "metadata", "index", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFileState:
+    mtime_ns: int
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileWork:
+    """A file to (re-)chunk, with the exact text its hash was computed from."""
+
+    rel_path: str
+    mtime_ns: int
+    size_bytes: int
+    sha256: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: DecisionKind
+    rel_path: str
+    mtime_ns: int = 0
+    size_bytes: int = 0
+    sha256: str = ""
+    reason: str = ""
+    work: FileWork | None = None
+
+
+def decode_text(data: bytes) -> str | None:
+    """UTF-8 text with invalid bytes replaced; ``None`` for binary data (NUL bytes)."""
+    if b"\x00" in data:
+        return None
+    text = data.decode("utf-8", errors="replace")
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def decide(
+    scanned: ScannedFile,
+    stored: StoredFileState | None,
+    *,
+    force: bool,
+    max_file_bytes: int,
+) -> Decision:
+    """What to do with one scanned file, reading it only when metadata changed."""
+    path = scanned.rel_path
+    if scanned.size_bytes > max_file_bytes:
+        return Decision(
+            "skip", path, reason=f"larger than {max_file_bytes} bytes ({scanned.size_bytes})"
+        )
+    if (
+        not force
+        and stored is not None
+        and stored.mtime_ns == scanned.mtime_ns
+        and stored.size_bytes == scanned.size_bytes
+    ):
+        return Decision("unchanged", path)
+    try:
+        data = scanned.abs_path.read_bytes()
+    except OSError as exc:
+        return Decision("skip", path, reason=f"unreadable: {exc.strerror or exc}")
+    if len(data) > max_file_bytes:
+        return Decision("skip", path, reason=f"larger than {max_file_bytes} bytes ({len(data)})")
+    sha256 = hashlib.sha256(data).hexdigest()
+    if not force and stored is not None and stored.sha256 == sha256:
+        return Decision("metadata", path, scanned.mtime_ns, len(data), sha256)
+    text = decode_text(data)
+    if text is None:
+        return Decision("skip", path, reason="binary file (contains NUL bytes)")
+    work = FileWork(path, scanned.mtime_ns, len(data), sha256, text)
+    return Decision("index", path, scanned.mtime_ns, len(data), sha256, work=work)
+
+
+def paths_to_prune(
+    stored_paths: Iterable[str], kept_paths: set[str], root_prefixes: Iterable[str]
+) -> list[str]:
+    """Stored files under the scanned roots that the scan no longer keeps, sorted."""
+    prefixes = list(root_prefixes)
+    return sorted(
+        path
+        for path in stored_paths
+        if path not in kept_paths and any(is_under(path, prefix) for prefix in prefixes)
+    )
+
+
+def batch_by_bytes(works: Iterable[FileWork], target_bytes: int) -> Iterator[list[FileWork]]:
+    """Group files into batches of about ``target_bytes`` of text (a big file goes alone)."""
+    batch: list[FileWork] = []
+    size = 0
+    for work in works:
+        if batch and size + work.size_bytes > target_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append(work)
+        size += work.size_bytes
+    if batch:
+        yield batch
+
+
+def load_states(rows: Iterable[Mapping[str, object]]) -> dict[str, StoredFileState]:
+    """Index ``files`` rows by path."""
+    return {
+        str(row["path"]): StoredFileState(
+            int(row["mtime_ns"]),  # type: ignore[call-overload]
+            int(row["size_bytes"]),  # type: ignore[call-overload]
+            str(row["sha256"]),
+        )
+        for row in rows
+    }

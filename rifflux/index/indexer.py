@@ -1,0 +1,218 @@
+"""In-process indexing: scan → change detection → chunk + embed → write, batch by batch.
+
+The queue workers run the same stages split across actors; this module runs them in
+one process (tests, ``rifflux eval``, and as the reference the workers must match).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rifflux.config import Settings
+from rifflux.embed.base import Embedder
+from rifflux.embed.factory import embedder_label_for, make_embedder
+from rifflux.errors import EmbeddingModelMismatch
+from rifflux.index.changes import Decision, FileWork, batch_by_bytes, decide, load_states, paths_to_prune
+from rifflux.index.prepare import prepare_batch
+from rifflux.index.scan import ScanResult, SkippedFile, scan_roots
+from rifflux.store.connection import open_index
+from rifflux.store.writer import (
+    apply_batch,
+    apply_metadata_updates,
+    delete_files,
+    get_metadata,
+    known_vector_hashes,
+    set_metadata,
+)
+
+log = structlog.get_logger(__name__)
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class IndexReport:
+    roots: list[str]
+    embedding_model: str
+    files_scanned: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_metadata_only: int = 0
+    files_deleted: int = 0
+    chunks_written: int = 0
+    vectors_new: int = 0
+    vectors_reused: int = 0
+    skipped: list[SkippedFile] = field(default_factory=list)
+    stale_paths: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["skipped"] = [{"path": s.rel_path, "reason": s.reason} for s in self.skipped]
+        return data
+
+
+def resolve_base_dir(conn: sqlite3.Connection, settings: Settings) -> Path:
+    """The directory stored paths are relative to; recorded in the index on first use."""
+    stored = get_metadata(conn, "base_dir")
+    if settings.base_dir is not None:
+        base = Path(os.path.abspath(settings.base_dir))
+    elif stored:
+        base = Path(stored)
+    else:
+        base = Path(os.getcwd())
+    if stored != base.as_posix():
+        conn.execute("BEGIN IMMEDIATE")
+        set_metadata(conn, "base_dir", base.as_posix())
+        conn.execute("COMMIT")
+    return base
+
+
+def check_embedding_model(conn: sqlite3.Connection, label: str, *, force: bool) -> None:
+    """Refuse to mix vectors of two models in one index unless re-embedding everything."""
+    stored = get_metadata(conn, "embedding_model")
+    if stored and stored != label and not force:
+        raise EmbeddingModelMismatch(
+            f"the index was embedded with {stored!r} but the configured embedder is "
+            f"{label!r}; reindex with `rifflux index --force PATH...` to re-embed it"
+        )
+
+
+def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]) -> ScanResult:
+    base = resolve_base_dir(conn, settings)
+    return scan_roots(
+        roots,
+        base_dir=base,
+        include_globs=settings.include_globs,
+        exclude_globs=settings.exclude_globs,
+        exclude_dirs=[settings.db_path.resolve().parent],
+    )
+
+
+def decide_all(
+    conn: sqlite3.Connection, scan: ScanResult, settings: Settings, *, force: bool
+) -> Iterator[Decision]:
+    """Decisions for every scanned file, lazily (a changed file's text is read here)."""
+    states = load_states(conn.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files"))
+    for scanned in scan.files:
+        yield decide(
+            scanned,
+            states.get(scanned.rel_path),
+            force=force,
+            max_file_bytes=settings.max_file_bytes,
+        )
+
+
+def stored_paths(conn: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in conn.execute("SELECT path FROM files")]
+
+
+class Indexer:
+    """Index roots into ``settings.db_path`` within this process."""
+
+    def __init__(self, settings: Settings, *, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.settings)
+        return self._embedder
+
+    @property
+    def embedder_label(self) -> str:
+        if self._embedder is not None:
+            return self._embedder.label
+        return embedder_label_for(self.settings)
+
+    def run(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+        progress: ProgressCallback | None = None,
+    ) -> IndexReport:
+        started = time.perf_counter()
+        root_paths = [Path(r) for r in roots]
+        conn = open_index(self.settings.db_path)
+        try:
+            label = self.embedder_label
+            check_embedding_model(conn, label, force=force)
+            scan = scan_for(conn, self.settings, root_paths)
+            report = IndexReport(
+                roots=scan.root_prefixes, embedding_model=label, files_scanned=len(scan.files)
+            )
+            report.skipped.extend(scan.skipped)
+            kept: set[str] = set()
+            metadata: list[Decision] = []
+            done = 0
+
+            def works() -> Iterator[FileWork]:
+                nonlocal done
+                for decision in decide_all(conn, scan, self.settings, force=force):
+                    if decision.kind == "skip":
+                        report.skipped.append(SkippedFile(decision.rel_path, decision.reason))
+                    else:
+                        kept.add(decision.rel_path)
+                    if decision.kind == "unchanged":
+                        report.files_unchanged += 1
+                    elif decision.kind == "metadata":
+                        metadata.append(decision)
+                    elif decision.work is not None:
+                        yield decision.work
+                        continue
+                    done += 1
+
+            for batch_works in batch_by_bytes(works(), self.settings.batch_target_bytes):
+                self._index_batch(conn, batch_works, label, report)
+                done += len(batch_works)
+                if progress is not None:
+                    progress(done, len(scan.files))
+            report.files_metadata_only = apply_metadata_updates(conn, metadata)
+            if prune_missing:
+                doomed = paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
+                report.files_deleted = delete_files(conn, doomed) if doomed else 0
+            if progress is not None:
+                progress(len(scan.files), len(scan.files))
+        finally:
+            conn.close()
+        report.duration_s = round(time.perf_counter() - started, 3)
+        log.info(
+            "index.completed",
+            roots=report.roots,
+            indexed=report.files_indexed,
+            unchanged=report.files_unchanged,
+            deleted=report.files_deleted,
+            skipped=len(report.skipped),
+            vectors_new=report.vectors_new,
+            duration_s=report.duration_s,
+        )
+        return report
+
+    def _index_batch(
+        self, conn: sqlite3.Connection, works: list[FileWork], label: str, report: IndexReport
+    ) -> None:
+        known = known_vector_hashes(conn, [w.rel_path for w in works], label)
+        batch = prepare_batch(
+            works,
+            embedder=self.embedder,
+            max_chars=self.settings.max_chunk_chars,
+            min_chars=self.settings.min_chunk_chars,
+            known_hashes=known,
+        )
+        stats = apply_batch(conn, batch)
+        report.files_indexed += stats.files_written
+        report.chunks_written += stats.chunks_written
+        report.vectors_new += stats.vectors_new
+        report.vectors_reused += stats.vectors_reused
+        report.stale_paths.extend(stats.stale_paths)

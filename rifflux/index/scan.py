@@ -1,0 +1,155 @@
+"""Walk the roots to index: include/exclude globs, symlink-loop safety, stable paths.
+
+Paths in the index are POSIX paths relative to the index's base directory, so the same
+layout yields the same paths on every machine. A file outside the base directory is
+stored by its absolute POSIX path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+
+from rifflux.errors import RootNotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedFile:
+    abs_path: Path
+    rel_path: str
+    mtime_ns: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    rel_path: str
+    reason: str
+
+
+@dataclass(slots=True)
+class ScanResult:
+    files: list[ScannedFile] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    # rel paths of the scanned roots: pruning only ever touches files under these.
+    root_prefixes: list[str] = field(default_factory=list)
+
+
+def to_rel_path(path: Path, base_dir: Path) -> str:
+    """The stored form of ``path``: relative to ``base_dir`` when under it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(base_dir).as_posix() or "."
+    except ValueError:
+        return absolute.as_posix()
+
+
+def is_under(rel_path: str, prefix: str) -> bool:
+    """True if ``rel_path`` is ``prefix`` itself or inside it (prefix "." is everything)."""
+    if prefix in (".", ""):
+        return not rel_path.startswith("/")
+    return rel_path == prefix or rel_path.startswith(prefix.rstrip("/") + "/")
+
+
+def matches_any(rel_path: str, globs: Iterable[str]) -> bool:
+    """Glob match against the basename, the whole relative path, or any path component.
+
+    ``node_modules`` excludes every ``node_modules`` directory; ``docs/*.md`` matches by
+    path; ``*.md`` matches every markdown file at any depth.
+    """
+    posix = PurePosixPath(rel_path)
+    parts = posix.parts
+    for pattern in globs:
+        if fnmatchcase(posix.name, pattern) or fnmatchcase(rel_path, pattern):
+            return True
+        if "/" not in pattern and any(fnmatchcase(part, pattern) for part in parts[:-1]):
+            return True
+        if pattern.startswith("**/") and fnmatchcase(rel_path, pattern[3:]):
+            return True
+    return False
+
+
+def scan_roots(
+    roots: Sequence[Path],
+    *,
+    base_dir: Path,
+    include_globs: Sequence[str],
+    exclude_globs: Sequence[str],
+    exclude_dirs: Sequence[Path] = (),
+) -> ScanResult:
+    """List the indexable files under ``roots`` (files or directories), sorted by path."""
+    result = ScanResult()
+    excluded_real = {os.path.realpath(d) for d in exclude_dirs}
+    seen: dict[str, ScannedFile] = {}
+    for root in roots:
+        if not os.path.lexists(root):
+            raise RootNotFoundError(f"path to index does not exist: {root}")
+        root_rel = to_rel_path(root, base_dir)
+        result.root_prefixes.append(root_rel)
+        if os.path.isdir(root):
+            _walk_dir(root, base_dir, include_globs, exclude_globs, excluded_real, seen, result)
+        else:
+            _consider_file(root, to_rel_path(root, base_dir), seen, result)
+    result.files = sorted(seen.values(), key=lambda f: f.rel_path)
+    return result
+
+
+def _walk_dir(
+    root: Path,
+    base_dir: Path,
+    include_globs: Sequence[str],
+    exclude_globs: Sequence[str],
+    excluded_real: set[str],
+    seen: dict[str, ScannedFile],
+    result: ScanResult,
+) -> None:
+    # Symlinked directories are followed once: (device, inode) of every visited
+    # directory is remembered, so a link cycle ends the descent instead of looping.
+    visited: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in visited or os.path.realpath(dirpath) in excluded_real:
+            dirnames[:] = []
+            continue
+        visited.add(key)
+        rel_dir = os.path.relpath(dirpath, root)
+        kept = []
+        for name in sorted(dirnames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if not matches_any(rel.replace(os.sep, "/"), exclude_globs):
+                kept.append(name)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            rel_in_root = (name if rel_dir == "." else f"{rel_dir}/{name}").replace(os.sep, "/")
+            if matches_any(rel_in_root, exclude_globs) or not matches_any(rel_in_root, include_globs):
+                continue
+            path = Path(dirpath) / name
+            _consider_file(path, to_rel_path(path, base_dir), seen, result)
+
+
+def _consider_file(
+    path: Path,
+    rel_path: str,
+    seen: dict[str, ScannedFile],
+    result: ScanResult,
+) -> None:
+    if rel_path in seen:
+        return
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        result.skipped.append(SkippedFile(rel_path, f"unreadable: {exc.strerror or exc}"))
+        return
+    if not stat.S_ISREG(st.st_mode):
+        result.skipped.append(SkippedFile(rel_path, "not a regular file"))
+        return
+    seen[rel_path] = ScannedFile(Path(os.path.abspath(path)), rel_path, st.st_mtime_ns, st.st_size)

@@ -1,0 +1,57 @@
+"""FTS5 BM25 search. User text is always searched as plain words, never as FTS syntax."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+
+# Tokens are runs of letters/digits, as FTS5's unicode61 tokenizer sees them; quotes,
+# operators (AND, NEAR, *, -, :) and parentheses in user text can never reach MATCH.
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Bounds the cost of pathological queries (a pasted document).
+MAX_QUERY_TERMS = 64
+# bm25() column weights: heading_path, content.
+HEADING_WEIGHT = 1.0
+CONTENT_WEIGHT = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    row_id: int
+    key: tuple[str, int]
+    bm25: float
+
+
+def query_terms(text: str) -> list[str]:
+    """Distinct lower-cased word tokens of ``text``, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for token in _TOKEN.findall(text.lower()):
+        token = token.strip("_")
+        if token and token not in seen:
+            seen[token] = None
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
+def build_match_query(text: str) -> str | None:
+    """An FTS5 MATCH expression: every term quoted, OR-ed (BM25 ranks by how many match)."""
+    terms = query_terms(text)
+    if not terms:
+        return None
+    return " OR ".join(f'"{term}"' for term in terms)
+
+
+def lexical_search(conn: sqlite3.Connection, text: str, limit: int) -> list[LexicalHit]:
+    """Best ``limit`` chunks by BM25 (SQLite's bm25(): lower is better), ties by path, index."""
+    match = build_match_query(text)
+    if match is None or limit <= 0:
+        return []
+    rows = conn.execute(
+        f"SELECT c.id, f.path, c.chunk_index, "
+        f"bm25(chunks_fts, {HEADING_WEIGHT}, {CONTENT_WEIGHT}) AS score "
+        "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+        "JOIN files f ON f.id = c.file_id "
+        "WHERE chunks_fts MATCH ? ORDER BY score, f.path, c.chunk_index LIMIT ?",
+        (match, limit),
+    ).fetchall()
+    return [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]

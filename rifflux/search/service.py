@@ -1,0 +1,248 @@
+"""SearchService: the synchronous read side the CLI and the MCP server call.
+
+Results follow one contract in every mode: exactly ``chunk_id``, ``path``,
+``heading_path``, ``chunk_index``, ``content`` and a mode-specific ``score_breakdown``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from rifflux.config import Settings
+from rifflux.embed.base import Embedder
+from rifflux.embed.factory import embedder_label_for, make_embedder
+from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError
+from rifflux.search.fusion import rrf_fuse
+from rifflux.search.lexical import lexical_search
+from rifflux.store.connection import open_index
+from rifflux.store.writer import current_generation, get_metadata
+from rifflux.vectors.cache import VectorCache
+
+log = structlog.get_logger(__name__)
+
+MODES = ("lexical", "semantic", "hybrid")
+
+_CHUNK_COLUMNS = (
+    "SELECT c.id, c.chunk_id, f.path, c.heading_path, c.chunk_index, c.content "
+    "FROM chunks c JOIN files f ON f.id = c.file_id"
+)
+
+
+def validate_mode(mode: object) -> str:
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidQueryError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    return mode
+
+
+def validate_top_k(top_k: object) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InvalidQueryError(f"top_k must be an integer >= 1 (got {top_k!r})")
+    return top_k
+
+
+def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "chunk_id": row["chunk_id"],
+        "path": row["path"],
+        "heading_path": row["heading_path"],
+        "chunk_index": int(row["chunk_index"]),
+        "content": row["content"],
+    }
+
+
+class SearchService:
+    """Lexical, semantic and hybrid search over one index database."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        vector_cache: VectorCache | None = None,
+    ) -> None:
+        self.settings = settings
+        self._embedder = embedder
+        self._embedder_lock = threading.Lock()
+        self._vectors = vector_cache or VectorCache()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+
+    # -- resources -------------------------------------------------------------------
+
+    @property
+    def db_path(self) -> Path:
+        return self.settings.db_path
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (SQLite connections must not be shared across threads)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = open_index(self.settings.db_path)
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    @property
+    def embedder_label(self) -> str:
+        if self._embedder is not None:
+            return self._embedder.label
+        return embedder_label_for(self.settings)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            with self._embedder_lock:
+                if self._embedder is None:
+                    self._embedder = make_embedder(self.settings)
+        return self._embedder
+
+    def embed_query(self, query: str) -> np.ndarray | None:
+        """The query's vector, or ``None`` when the query has nothing to embed."""
+        if not query.strip():
+            return None
+        return self.embedder.embed_batch([query])[0]
+
+    # -- search ----------------------------------------------------------------------
+
+    def search(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> list[dict[str, Any]]:
+        mode = validate_mode(mode)
+        top_k = validate_top_k(top_k)
+        if not isinstance(query, str):
+            raise InvalidQueryError("query must be a string")
+        if not query.strip():
+            return []
+        limit = top_k * self.settings.candidate_multiplier
+        conn = self.connection()
+        if mode == "lexical":
+            hits = lexical_search(conn, query, limit)[:top_k]
+            rows = self._rows(conn, [h.row_id for h in hits])
+            return [{**rows[h.row_id], "score_breakdown": {"bm25": h.bm25}} for h in hits]
+        semantic = self._semantic(conn, query, limit)
+        if mode == "semantic":
+            hits_s = semantic[:top_k]
+            rows = self._rows(conn, [h.row_id for h in hits_s])
+            return [{**rows[h.row_id], "score_breakdown": {"cosine": h.cosine}} for h in hits_s]
+        lexical = lexical_search(conn, query, limit)
+        row_by_key = {h.key: h.row_id for h in lexical}
+        row_by_key.update({h.key: h.row_id for h in semantic})
+        fused = rrf_fuse(
+            [h.key for h in lexical],
+            [h.key for h in semantic],
+            k=self.settings.rrf_k,
+            lexical_weight=self.settings.lexical_weight,
+            semantic_weight=self.settings.semantic_weight,
+        )[:top_k]
+        rows = self._rows(conn, [row_by_key[f.key] for f in fused])
+        return [
+            {
+                **rows[row_by_key[f.key]],
+                "score_breakdown": {
+                    "rrf": f.rrf,
+                    "lexical_rank": f.lexical_rank,
+                    "semantic_rank": f.semantic_rank,
+                },
+            }
+            for f in fused
+        ]
+
+    def search_response(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> dict[str, Any]:
+        """The object the MCP tool and ``rifflux search --json`` return."""
+        results = self.search(query, top_k=top_k, mode=mode)
+        return {
+            "query": query,
+            "mode": mode,
+            "count": len(results),
+            "embedding_model": self.stored_model() or self.embedder_label,
+            "results": results,
+        }
+
+    def _semantic(self, conn: sqlite3.Connection, query: str, limit: int) -> list[Any]:
+        stored = self.stored_model(conn)
+        if stored is None:
+            return []
+        label = self.embedder_label
+        if stored != label:
+            raise EmbeddingModelMismatch(
+                f"the index was embedded with {stored!r} but the configured embedder is "
+                f"{label!r}; reindex with `rifflux index --force PATH...`"
+            )
+        query_vec = self.embed_query(query)
+        if query_vec is None:
+            return []
+        snapshot = self._load_snapshot(conn, stored)
+        return snapshot.search(query_vec, limit)
+
+    def _load_snapshot(self, conn: sqlite3.Connection, model: str) -> Any:
+        # One read transaction: the generation and the vectors come from the same state.
+        conn.execute("BEGIN")
+        try:
+            return self._vectors.snapshot(conn, current_generation(conn), model)
+        finally:
+            conn.execute("COMMIT")
+
+    def _rows(self, conn: sqlite3.Connection, row_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        if not row_ids:
+            return {}
+        marks = ",".join("?" * len(row_ids))
+        rows = conn.execute(f"{_CHUNK_COLUMNS} WHERE c.id IN ({marks})", list(row_ids)).fetchall()
+        return {int(row["id"]): _chunk_dict(row) for row in rows}
+
+    # -- lookups ---------------------------------------------------------------------
+
+    def stored_model(self, conn: sqlite3.Connection | None = None) -> str | None:
+        return get_metadata(conn or self.connection(), "embedding_model")
+
+    def get_chunk(self, chunk_id: str) -> dict[str, Any]:
+        row = self.connection().execute(f"{_CHUNK_COLUMNS} WHERE c.chunk_id = ?", (chunk_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
+        return _chunk_dict(row)
+
+    def get_file(self, path: str) -> dict[str, Any]:
+        """An indexed file's chunks, by its stored path. Never reads the filesystem."""
+        conn = self.connection()
+        file_row = conn.execute("SELECT id, path, sha256 FROM files WHERE path = ?", (path,)).fetchone()
+        if file_row is None:
+            raise NotFoundError(
+                f"{path!r} is not an indexed file; pass a path exactly as search results show it"
+            )
+        rows = conn.execute(
+            f"{_CHUNK_COLUMNS} WHERE c.file_id = ? ORDER BY c.chunk_index", (file_row["id"],)
+        ).fetchall()
+        return {
+            "path": file_row["path"],
+            "sha256": file_row["sha256"],
+            "chunks": [_chunk_dict(row) for row in rows],
+        }
+
+    def counts(self) -> dict[str, Any]:
+        conn = self.connection()
+
+        def count(table: str) -> int:
+            return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+        return {
+            "files": count("files"),
+            "chunks": count("chunks"),
+            "embeddings": count("embeddings"),
+            "generation": current_generation(conn),
+            "db_path": str(self.settings.db_path),
+            "embedding_model": self.stored_model(conn),
+            "embedding_backend": self.settings.embedding_backend,
+        }

@@ -1,0 +1,1 @@
+"""SQLite storage: schema, connections, busy retry, and the queries on them."""

@@ -1,0 +1,161 @@
+"""The one way to open an SQLite database and the one way to retry when it is busy.
+
+Connections run in autocommit mode (``isolation_level=None``); writes go through
+:func:`write_transaction`, which takes the write lock up front with ``BEGIN IMMEDIATE``
+so two writers never deadlock upgrading a read lock.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from rifflux.errors import SchemaVersionError
+from rifflux.store.schema import SCHEMA_SQL, SCHEMA_VERSION
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# How long SQLite itself waits on a lock before raising "database is locked" (ms).
+BUSY_TIMEOUT_MS = 5_000
+# Retry policy on top of the busy timeout: capped exponential backoff with full jitter.
+RETRY_ATTEMPTS = 8
+RETRY_BASE_SECONDS = 0.05
+RETRY_CAP_SECONDS = 2.0
+
+REBUILD_HINT = "rebuild it with `rifflux index --rebuild PATH...`"
+
+
+def is_busy_error(exc: BaseException) -> bool:
+    """True for the transient lock errors that a retry can fix."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    message = str(exc).lower()
+    return "database is locked" in message or "database is busy" in message or "busy" in message
+
+
+def backoff_delay(attempt: int, *, base: float = RETRY_BASE_SECONDS, cap: float = RETRY_CAP_SECONDS) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)]."""
+    return random.uniform(0.0, min(cap, base * (2**attempt)))
+
+
+def retry_on_busy(
+    operation: Callable[[], T],
+    *,
+    attempts: int = RETRY_ATTEMPTS,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> T:
+    """Run ``operation``; on ``database is locked``/``busy`` retry with backoff."""
+    for attempt in range(attempts):
+        try:
+            return operation()
+        except sqlite3.OperationalError as exc:
+            if not is_busy_error(exc) or attempt == attempts - 1:
+                raise
+            delay = backoff_delay(attempt)
+            log.warning("sqlite.busy_retry", attempt=attempt + 1, delay_s=round(delay, 3))
+            if on_retry is not None:
+                on_retry(attempt + 1, exc)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open an SQLite file in WAL mode with foreign keys on and a busy timeout."""
+    db_path = Path(path)
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{db_path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+    else:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(db_path), isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    if not readonly:
+        retry_on_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+        conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _stored_version(conn: sqlite3.Connection) -> int | None:
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='index_metadata'"
+    ).fetchone()
+    if not has_meta:
+        return None
+    row = conn.execute("SELECT value FROM index_metadata WHERE key='schema_version'").fetchone()
+    return int(row["value"]) if row else None
+
+
+def open_index(path: Path | str) -> sqlite3.Connection:
+    """Open (creating if needed) the index database and check its schema version."""
+    db_path = Path(path)
+    conn = connect(db_path)
+    try:
+        version = _stored_version(conn)
+        if version is None:
+            has_tables = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='files'"
+            ).fetchone()
+            if has_tables:
+                raise SchemaVersionError(
+                    f"{db_path} has no schema version (an old Rifflux index); {REBUILD_HINT}"
+                )
+
+            def create() -> None:
+                with write_transaction(conn):
+                    for statement in _split_sql(SCHEMA_SQL):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT OR IGNORE INTO index_metadata(key, value) VALUES "
+                        "('schema_version', ?), ('generation', '0')",
+                        (str(SCHEMA_VERSION),),
+                    )
+
+            retry_on_busy(create)
+        elif version != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{db_path} has schema version {version}, this Rifflux needs "
+                f"{SCHEMA_VERSION}; {REBUILD_HINT}"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a schema script into statements, keeping trigger bodies whole."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in script.splitlines():
+        if line.strip().startswith("--") or not line.strip():
+            continue
+        current.append(line)
+        candidate = "\n".join(current)
+        if sqlite3.complete_statement(candidate):
+            statements.append(candidate)
+            current = []
+    return statements

@@ -1,0 +1,1 @@
+"""The vector cache the front process searches instead of reading SQLite per query."""

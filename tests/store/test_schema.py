@@ -1,0 +1,69 @@
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rifflux.errors import SchemaVersionError
+from rifflux.store.connection import open_index, write_transaction
+from rifflux.store.schema import SCHEMA_VERSION
+
+
+def fts_rows(conn: sqlite3.Connection, term: str) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?", (term,))]
+
+
+def add_file(conn: sqlite3.Connection, path: str, text: str) -> int:
+    with write_transaction(conn):
+        file_id = conn.execute(
+            "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) VALUES (?,1,1,'x',0)",
+            (path,),
+        ).lastrowid
+        conn.execute(
+            "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content, embed_sha256)"
+            " VALUES (?, ?, 0, 'Guide', ?, 'h')",
+            (f"id-{path}", file_id, text),
+        )
+    return int(file_id)
+
+
+def test_new_database_is_wal_and_versioned(tmp_path: Path) -> None:
+    conn = open_index(tmp_path / "index.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    version = conn.execute("SELECT value FROM index_metadata WHERE key='schema_version'").fetchone()
+    assert int(version[0]) == SCHEMA_VERSION
+
+
+def test_fts_follows_insert_update_delete_and_cascade(tmp_path: Path) -> None:
+    conn = open_index(tmp_path / "index.db")
+    file_id = add_file(conn, "a.md", "alpha bravo")
+    assert len(fts_rows(conn, "alpha")) == 1
+    conn.execute("UPDATE chunks SET content = 'charlie' WHERE file_id = ?", (file_id,))
+    assert fts_rows(conn, "alpha") == [] and len(fts_rows(conn, "charlie")) == 1
+    conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+    assert fts_rows(conn, "charlie") == []
+    assert conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
+    # The FTS index itself is consistent with its content table.
+    conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+
+
+def test_porter_stemming_matches_inflections(tmp_path: Path) -> None:
+    conn = open_index(tmp_path / "index.db")
+    add_file(conn, "a.md", "Running the indexers")
+    assert len(fts_rows(conn, "run")) == 1 and len(fts_rows(conn, "indexer")) == 1
+
+
+def test_other_schema_version_names_the_rebuild_command(tmp_path: Path) -> None:
+    db = tmp_path / "index.db"
+    open_index(db).execute("UPDATE index_metadata SET value='999' WHERE key='schema_version'")
+    with pytest.raises(SchemaVersionError, match=r"rifflux index --rebuild"):
+        open_index(db)
+
+
+def test_unversioned_old_index_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE files(id INTEGER PRIMARY KEY, path TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaVersionError, match="no schema version"):
+        open_index(db)
