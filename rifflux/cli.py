@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--no-prune", action="store_true", help="keep files that vanished")
     index.add_argument("--rebuild", action="store_true", help="delete the index and build anew")
     index.add_argument("--json", action="store_true", help="print the report as JSON")
+    index.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    index.add_argument(
+        "--workers", type=int, help="local worker processes to start if none is alive"
+    )
+    index.add_argument(
+        "--in-process", action="store_true", help="index in this process, without the queue"
+    )
     index.set_defaults(handler=cmd_index)
+
+    worker = sub.add_parser("worker", help="run queue worker processes (dramatiq)")
+    worker.add_argument("--processes", type=int, help="worker processes (default: CPU count)")
+    worker.add_argument("--threads", type=int, default=1, help="threads per process")
+    worker.add_argument("--queues", nargs="*", help="only these queues (e.g. rifflux_embed)")
+    _common_db(worker)
+    worker.set_defaults(handler=cmd_worker)
 
     search = sub.add_parser("search", help="search the index")
     search.add_argument("query")
@@ -72,12 +88,49 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from rifflux.index.indexer import Indexer
-
     settings = _settings(args)
     if args.rebuild:
         remove_index(settings.db_path)
     roots = args.paths or [Path(".")]
+    if args.in_process:
+        return _index_in_process(settings, roots, args)
+    from rifflux.queue.client import IndexQueue
+
+    queue = IndexQueue(settings)
+    try:
+        if args.no_wait:
+            job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
+            if not queue.index_host_workers():
+                print(
+                    "rifflux: no worker is alive; start one with `rifflux worker`", file=sys.stderr
+                )
+            print(json.dumps({"job_id": job_id}) if args.json else job_id)
+            return 0
+        queue.ensure_workers(args.workers)
+        job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
+        bar = ProgressBar(sys.stderr)
+        record = queue.wait(job_id, on_progress=bar.update)
+        bar.close()
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(record.to_dict())
+    else:
+        print(
+            f"job {record.id} {record.state}: indexed {record.files_done} files, "
+            f"embedded {record.chunks_embedded} chunks, skipped {record.files_skipped}, "
+            f"deleted {record.files_deleted}, failed {record.files_failed}"
+        )
+        for error in record.errors:
+            print(f"  {error['path'] or '(job)'}: {error['error']}")
+        for skipped in record.options.get("skipped", []):
+            print(f"  skipped {skipped['path']}: {skipped['reason']}")
+    return 0 if record.state == "completed" else EXIT_ERROR
+
+
+def _index_in_process(settings: Settings, roots: list[Path], args: argparse.Namespace) -> int:
+    from rifflux.index.indexer import Indexer
+
     report = Indexer(settings).run(roots, force=args.force, prune_missing=not args.no_prune)
     if args.json:
         _print_json(report.to_dict())
@@ -91,6 +144,52 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
         for skipped in report.skipped:
             print(f"  skipped {skipped.rel_path}: {skipped.reason}")
+    return 0
+
+
+class ProgressBar:
+    """A one-line live progress display on a terminal; silent when not a terminal."""
+
+    WIDTH = 24
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.started = time.monotonic()
+        self.drawn = False
+
+    def update(self, record: Any) -> None:
+        if not self.enabled:
+            return
+        total = max(record.files_total, 1)
+        done = record.files_done + record.files_skipped + record.files_failed
+        fraction = min(done / total, 1.0) if record.files_total else 0.0
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = record.chunks_embedded / elapsed
+        eta = (elapsed / fraction - elapsed) if 0 < fraction < 1 else 0.0
+        filled = int(fraction * self.WIDTH)
+        line = (
+            f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{record.files_total} files"
+            f" · {record.chunks_embedded} chunks · {rate:.1f} chunks/s · ETA {eta:.0f}s"
+            f" · {record.state}"
+        )
+        self.stream.write(line.ljust(100))
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from rifflux.queue.client import worker_command, worker_environment
+
+    settings = _settings(args)
+    command = worker_command(args.processes or settings.workers, args.threads, args.queues or ())
+    # Replace this process so signals from honcho or systemd reach dramatiq directly.
+    os.execvpe(command[0], command, worker_environment(settings))
     return 0
 
 
@@ -150,16 +249,34 @@ def cmd_get_file(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    service = SearchService(_settings(args))
+    from rifflux.queue.client import IndexQueue
+
+    settings = _settings(args)
+    service = SearchService(settings)
+    queue = IndexQueue(settings)
     try:
-        counts = service.counts()
+        status = {**service.counts(), **queue.status()}
     finally:
         service.close()
+        queue.close()
     if args.json:
-        _print_json(counts)
-    else:
-        for key, value in counts.items():
-            print(f"{key:>18}: {value}")
+        _print_json(status)
+        return 0
+    for key in ("db_path", "files", "chunks", "embeddings", "generation", "embedding_model"):
+        print(f"{key:>16}: {status[key]}")
+    print(f"{'broker':>16}: {status['broker']}")
+    print(f"{'live workers':>16}: {len(status['live_workers'])}")
+    for worker in status["live_workers"]:
+        print(f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])}")
+    if status["queue_depths"] is not None:
+        print(f"{'queue depths':>16}: {status['queue_depths']}")
+    print(f"{'recent jobs':>16}: {len(status['recent_jobs'])}")
+    for job in status["recent_jobs"]:
+        print(
+            f"{'':>18}{job['job_id']} {job['state']:<9} files {job['files_done']}"
+            f"+{job['files_skipped']} skipped/{job['files_total']} "
+            f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
+        )
     return 0
 
 

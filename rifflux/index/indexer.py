@@ -20,7 +20,14 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.errors import EmbeddingModelMismatch
-from rifflux.index.changes import Decision, FileWork, batch_by_bytes, decide, load_states, paths_to_prune
+from rifflux.index.changes import (
+    Decision,
+    FileWork,
+    batch_by_bytes,
+    decide,
+    load_states,
+    paths_to_prune,
+)
 from rifflux.index.prepare import prepare_batch
 from rifflux.index.scan import ScanResult, SkippedFile, scan_roots
 from rifflux.store.connection import open_index

@@ -130,7 +130,9 @@ def _walk_dir(
         dirnames[:] = kept
         for name in sorted(filenames):
             rel_in_root = (name if rel_dir == "." else f"{rel_dir}/{name}").replace(os.sep, "/")
-            if matches_any(rel_in_root, exclude_globs) or not matches_any(rel_in_root, include_globs):
+            if matches_any(rel_in_root, exclude_globs) or not matches_any(
+                rel_in_root, include_globs
+            ):
                 continue
             path = Path(dirpath) / name
             _consider_file(path, to_rel_path(path, base_dir), seen, result)

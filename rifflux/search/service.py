@@ -161,7 +161,9 @@ class SearchService:
             for f in fused
         ]
 
-    def search_response(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> dict[str, Any]:
+    def search_response(
+        self, query: str, *, top_k: int = 10, mode: str = "hybrid"
+    ) -> dict[str, Any]:
         """The object the MCP tool and ``rifflux search --json`` return."""
         results = self.search(query, top_k=top_k, mode=mode)
         return {
@@ -209,7 +211,11 @@ class SearchService:
         return get_metadata(conn or self.connection(), "embedding_model")
 
     def get_chunk(self, chunk_id: str) -> dict[str, Any]:
-        row = self.connection().execute(f"{_CHUNK_COLUMNS} WHERE c.chunk_id = ?", (chunk_id,)).fetchone()
+        row = (
+            self.connection()
+            .execute(f"{_CHUNK_COLUMNS} WHERE c.chunk_id = ?", (chunk_id,))
+            .fetchone()
+        )
         if row is None:
             raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
         return _chunk_dict(row)
@@ -217,7 +223,9 @@ class SearchService:
     def get_file(self, path: str) -> dict[str, Any]:
         """An indexed file's chunks, by its stored path. Never reads the filesystem."""
         conn = self.connection()
-        file_row = conn.execute("SELECT id, path, sha256 FROM files WHERE path = ?", (path,)).fetchone()
+        file_row = conn.execute(
+            "SELECT id, path, sha256 FROM files WHERE path = ?", (path,)
+        ).fetchone()
         if file_row is None:
             raise NotFoundError(
                 f"{path!r} is not an indexed file; pass a path exactly as search results show it"

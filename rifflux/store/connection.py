@@ -42,7 +42,9 @@ def is_busy_error(exc: BaseException) -> bool:
     return "database is locked" in message or "database is busy" in message or "busy" in message
 
 
-def backoff_delay(attempt: int, *, base: float = RETRY_BASE_SECONDS, cap: float = RETRY_CAP_SECONDS) -> float:
+def backoff_delay(
+    attempt: int, *, base: float = RETRY_BASE_SECONDS, cap: float = RETRY_CAP_SECONDS
+) -> float:
     """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)]."""
     return random.uniform(0.0, min(cap, base * (2**attempt)))
 

@@ -162,11 +162,16 @@ def _apply_batch_rows(conn: sqlite3.Connection, batch: PreparedBatch) -> WriteSt
 
 
 def apply_batch(
-    conn: sqlite3.Connection, batch: PreparedBatch, *, also: InTransaction | None = None
+    conn: sqlite3.Connection,
+    batch: PreparedBatch,
+    *,
+    also: InTransaction | None = None,
+    on_retry: Callable[[int, BaseException], None] | None = None,
 ) -> WriteStats:
     """Replace the chunks and vectors of every file in ``batch``, atomically.
 
-    ``also`` runs inside the same transaction (job bookkeeping, idempotency marks).
+    ``also`` runs inside the same transaction (job bookkeeping, idempotency marks);
+    ``on_retry`` hears about every busy retry.
     """
 
     def run() -> WriteStats:
@@ -177,7 +182,7 @@ def apply_batch(
                 also(conn)
         return stats
 
-    return retry_on_busy(run)
+    return retry_on_busy(run, on_retry=on_retry)
 
 
 def apply_metadata_updates(conn: sqlite3.Connection, decisions: Sequence[Decision]) -> int:
@@ -196,20 +201,21 @@ def apply_metadata_updates(conn: sqlite3.Connection, decisions: Sequence[Decisio
     return len(updates)
 
 
-def delete_files(
-    conn: sqlite3.Connection, paths: Sequence[str], *, also: InTransaction | None = None
-) -> int:
-    """Delete files with their chunks, FTS entries and vectors (cascades and triggers)."""
+def delete_file_rows(conn: sqlite3.Connection, paths: Sequence[str]) -> int:
+    """Delete files with their chunks, FTS entries and vectors (inside a transaction)."""
+    deleted = 0
+    for path in paths:
+        deleted += conn.execute("DELETE FROM files WHERE path = ?", (path,)).rowcount
+    if deleted:
+        bump_generation(conn)
+    return deleted
+
+
+def delete_files(conn: sqlite3.Connection, paths: Sequence[str]) -> int:
+    """Delete files with their chunks, FTS entries and vectors, in one transaction."""
 
     def run() -> int:
         with write_transaction(conn):
-            deleted = 0
-            for path in paths:
-                deleted += conn.execute("DELETE FROM files WHERE path = ?", (path,)).rowcount
-            if deleted:
-                bump_generation(conn)
-            if also is not None:
-                also(conn)
-            return deleted
+            return delete_file_rows(conn, paths)
 
     return retry_on_busy(run)

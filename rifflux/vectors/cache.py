@@ -64,11 +64,15 @@ def load_snapshot(conn: sqlite3.Connection, generation: int, model: str) -> Vect
         (model,),
     ).fetchall()
     if not rows:
-        return VectorSnapshot(generation, model, np.zeros((0, 0), np.float32), np.zeros(0, np.int64), [])
+        return VectorSnapshot(
+            generation, model, np.zeros((0, 0), np.float32), np.zeros(0, np.int64), []
+        )
     dim = int(rows[0][3])
     blob = b"".join(row[4] for row in rows if int(row[3]) == dim)
     kept = [row for row in rows if int(row[3]) == dim]
-    matrix = normalize_rows(np.frombuffer(blob, dtype="<f4").reshape(len(kept), dim).astype(np.float32))
+    matrix = normalize_rows(
+        np.frombuffer(blob, dtype="<f4").reshape(len(kept), dim).astype(np.float32)
+    )
     row_ids = np.fromiter((row[0] for row in kept), dtype=np.int64, count=len(kept))
     keys = [(str(row[1]), int(row[2])) for row in kept]
     return VectorSnapshot(generation, model, matrix, row_ids, keys)

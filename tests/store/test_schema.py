@@ -9,18 +9,21 @@ from rifflux.store.schema import SCHEMA_VERSION
 
 
 def fts_rows(conn: sqlite3.Connection, term: str) -> list[int]:
-    return [r[0] for r in conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?", (term,))]
+    return [
+        r[0] for r in conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?", (term,))
+    ]
 
 
 def add_file(conn: sqlite3.Connection, path: str, text: str) -> int:
     with write_transaction(conn):
         file_id = conn.execute(
-            "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) VALUES (?,1,1,'x',0)",
+            "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at)"
+            " VALUES (?, 1, 1, 'x', 0)",
             (path,),
         ).lastrowid
         conn.execute(
-            "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content, embed_sha256)"
-            " VALUES (?, ?, 0, 'Guide', ?, 'h')",
+            "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content,"
+            " embed_sha256) VALUES (?, ?, 0, 'Guide', ?, 'h')",
             (f"id-{path}", file_id, text),
         )
     return int(file_id)

@@ -1,0 +1,1 @@
+"""Indexing: file scanning, change detection, chunking and embedding batches."""

@@ -1,0 +1,446 @@
+"""Heading-aware chunking of markdown and plain text into retrieval-sized pieces.
+
+Markdown is parsed once into block tokens (markdown-it-py) and every chunk is a slice of the
+source text (newlines normalised to ``\\n``), so what we index is what the author wrote, not a
+re-rendering. The rules, in the order they apply:
+
+- a section starts at every top-level heading (ATX or setext) and carries the breadcrumb of the
+  headings above it; YAML (``---``) or TOML (``+++``) front matter is kept as text, never parsed;
+- a section's blocks are packed greedily up to ``max_chars``; a block that does not fit is split
+  along its own structure (list items, blockquote children, table rows with the header
+  repeated), then on sentence boundaries, then on whitespace;
+- fenced and indented code is never split: an oversized code block becomes a chunk of its own;
+- a chunk shorter than ``min_chars`` is merged into the preceding chunk if the result fits in
+  ``max_chars``, else into the following one, else kept as is;
+- nothing is dropped: every non-whitespace character of the input lands in some chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import accumulate, pairwise
+from pathlib import PurePosixPath
+from typing import NamedTuple
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})
+"""Lower-cased file suffixes chunked as markdown; every other file is chunked as plain text."""
+
+HEADING_SEPARATOR = " > "
+"""Joins heading texts into a chunk's ``heading_path`` breadcrumb."""
+
+# Chunking needs only block structure and line maps; the inline rules would roughly double the
+# parse time without changing either. "reference" is off so that link definitions stay ordinary
+# paragraphs instead of silently leaving the token stream.
+_MD = MarkdownIt("commonmark").enable("table").disable(["inline", "text_join", "reference"])
+
+_CODE_TOKENS = frozenset({"fence", "code_block"})
+_FRONT_MATTER = re.compile(r"\A(---|\+\+\+)[ \t]*\n(?P<body>(?:.*?\n)?)\1[ \t]*(?:\n|\Z)", re.S)
+_FRONT_MATTER_TITLE = re.compile(r"^title[ \t]*[:=][ \t]*(.*?)[ \t]*$", re.M)
+_NEWLINES = re.compile(r"\r\n?")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_SPACES = re.compile(r"\s*")
+_UP_TO_LAST_SPACE = re.compile(r".*\s", re.S)
+_REPEATED_SLASHES = re.compile(r"/{2,}")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One retrieval unit: a stripped slice of the source and the headings above it."""
+
+    chunk_index: int  # 0-based position in the file
+    heading_path: str  # e.g. "Guide > Install > Linux"; "" outside any heading
+    content: str  # markdown source slice, stripped
+
+
+class _Atom(NamedTuple):
+    """A stripped source span ``[start, end)`` that the packer places whole."""
+
+    start: int
+    end: int
+    lead: str = ""  # repeated in front when this atom opens a chunk: a split table's header
+    atomic: bool = False  # code: never split, so it may exceed the limit
+    sticky: bool = False  # a heading: the next atom always joins its chunk
+
+
+@dataclass(slots=True)
+class _Draft:
+    """A chunk under construction; its content is ``lead + src[start:end]``."""
+
+    start: int
+    end: int
+    lead: str
+    path: str
+
+    @property
+    def size(self) -> int:
+        return len(self.lead) + self.end - self.start
+
+
+class _Block(NamedTuple):
+    """A top-level block and the source lines it owns, up to the next top-level block."""
+
+    lo: int  # first line
+    hi: int  # one past the last line
+    tok: int  # index of the opening token; -1 for front matter
+    tok_end: int  # index of the next top-level token
+
+
+class _Mark(NamedTuple):
+    """Where a nested block starts inside an oversized top-level block."""
+
+    line: int
+    level: int
+    code: bool
+
+
+class _Lines:
+    """Source text with line start offsets, to turn token line maps into character spans."""
+
+    __slots__ = ("count", "src", "starts")
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        starts = list(accumulate((len(line) + 1 for line in src.split("\n")), initial=0))
+        starts[-1] = len(src)  # the last line has no newline to step over
+        self.starts = starts
+        self.count = len(starts) - 1
+
+    def span(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """Stripped character span of lines ``[lo, hi)``, or None if they are blank."""
+        return _strip_span(self.src, self.starts[lo], self.starts[hi])
+
+
+def chunk_document(text: str, rel_path: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
+    """Chunk a file's text, as markdown or plain text according to its suffix."""
+    suffix = PurePosixPath(normalize_rel_path(rel_path)).suffix.lower()
+    chunker = chunk_markdown if suffix in MARKDOWN_SUFFIXES else chunk_plain_text
+    return chunker(text, max_chars=max_chars, min_chars=min_chars)
+
+
+def chunk_markdown(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
+    """Split markdown into heading-aware chunks of source text (see the module docstring)."""
+    _check_limits(max_chars, min_chars)
+    src = _normalize_source(text)
+    if not src.strip():
+        return []
+    lines = _Lines(src)
+    parse_src, body_line, title = src, 0, ""
+    front = _FRONT_MATTER.match(src)
+    if front:
+        newlines = front.group(0).count("\n")
+        # Blank lines in place of the front matter keep token line maps aligned with `src`.
+        parse_src = "\n" * newlines + src[front.end() :]
+        body_line = newlines if front.group(0).endswith("\n") else newlines + 1
+        title = _front_matter_title(front.group("body"))
+    tokens = _MD.parse(parse_src)
+    blocks = _top_level_blocks(tokens, body_line, lines.count)
+    sections = _sections(tokens, blocks, title)
+    if body_line:
+        sections[0][1].insert(0, _Block(0, body_line, -1, -1))
+    drafts = [
+        draft
+        for path, section_blocks in sections
+        for draft in _section_drafts(lines, tokens, section_blocks, path, max_chars)
+    ]
+    return _chunks(src, _merge_small(drafts, max_chars, min_chars))
+
+
+def chunk_plain_text(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
+    """Split plain text on blank lines, pack paragraphs up to max_chars, split long ones."""
+    _check_limits(max_chars, min_chars)
+    src = _normalize_source(text)
+    bounds = [0]
+    for match in _PARAGRAPH_BREAK.finditer(src):
+        bounds += [match.start(), match.end()]
+    bounds.append(len(src))
+    atoms: list[_Atom] = []
+    for start, end in zip(bounds[::2], bounds[1::2], strict=True):
+        span = _strip_span(src, start, end)
+        if span is None:
+            continue
+        if span[1] - span[0] <= max_chars:
+            atoms.append(_Atom(*span))
+        else:
+            atoms += _prose_atoms(src, *span, max_chars)
+    return _chunks(src, _merge_small(_pack(atoms, max_chars, ""), max_chars, min_chars))
+
+
+def normalize_rel_path(rel_path: str) -> str:
+    """POSIX separators, no "./" or empty segments; case and ".." are left alone."""
+    path = _REPEATED_SLASHES.sub("/", rel_path.replace("\\", "/"))
+    root = "/" if path.startswith("/") else ""
+    return root + "/".join(part for part in path.split("/") if part not in ("", "."))
+
+
+def chunk_id_for(rel_path: str, chunk_index: int) -> str:
+    """Stable chunk id: hex sha256 of "<normalised path>::<index>"."""
+    key = f"{normalize_rel_path(rel_path)}::{chunk_index}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _check_limits(max_chars: int, min_chars: int) -> None:
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    if not 0 <= min_chars <= max_chars:
+        raise ValueError(
+            f"min_chars must be between 0 and max_chars ({max_chars}), got {min_chars}"
+        )
+
+
+def _normalize_source(text: str) -> str:
+    # markdown-it counts lines on "\n" only, so "\r\n" and "\r" must go before slicing by line.
+    return _NEWLINES.sub("\n", text.removeprefix("\ufeff"))
+
+
+def _strip_span(src: str, start: int, end: int) -> tuple[int, int] | None:
+    piece = src[start:end]
+    stripped = piece.strip()
+    if not stripped:
+        return None
+    start += len(piece) - len(piece.lstrip())
+    return start, start + len(stripped)
+
+
+def _front_matter_title(body: str) -> str:
+    match = _FRONT_MATTER_TITLE.search(body)
+    return match.group(1).strip("'\"").strip() if match else ""
+
+
+def _top_level_blocks(tokens: Sequence[Token], first_line: int, line_count: int) -> list[_Block]:
+    starts = [
+        (token.map[0], index)
+        for index, token in enumerate(tokens)
+        if token.level == 0 and token.nesting != -1 and token.map
+    ]
+    blocks = []
+    for k, (line, index) in enumerate(starts):
+        hi, tok_end = starts[k + 1] if k + 1 < len(starts) else (line_count, len(tokens))
+        # The first block also owns any leading lines, so no source line is left unowned.
+        blocks.append(_Block(first_line if k == 0 else line, hi, index, tok_end))
+    return blocks
+
+
+def _sections(
+    tokens: Sequence[Token], blocks: list[_Block], title: str
+) -> list[tuple[str, list[_Block]]]:
+    """Group blocks under their headings: the preamble first, then one section per heading."""
+    headings = [tokens[block.tok] for block in blocks if tokens[block.tok].type == "heading_open"]
+    # A front matter title names the document only when no H1 does.
+    has_h1 = any(heading.tag == "h1" for heading in headings)
+    stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
+    sections: list[tuple[str, list[_Block]]] = [(_breadcrumb(stack), [])]
+    for block in blocks:
+        token = tokens[block.tok]
+        if token.type != "heading_open":
+            sections[-1][1].append(block)
+            continue
+        level = int(token.tag[1])
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, " ".join(tokens[block.tok + 1].content.split())))
+        sections.append((_breadcrumb(stack), [block]))
+    return sections
+
+
+def _breadcrumb(stack: list[tuple[int, str]]) -> str:
+    return HEADING_SEPARATOR.join(text for _, text in stack if text)
+
+
+def _section_drafts(
+    lines: _Lines, tokens: Sequence[Token], blocks: list[_Block], path: str, max_chars: int
+) -> list[_Draft]:
+    if not blocks:
+        return []
+    whole = lines.span(blocks[0].lo, blocks[-1].hi)
+    if whole is None:
+        return []
+    if whole[1] - whole[0] <= max_chars:
+        return [_Draft(*whole, "", path)]
+    atoms: list[_Atom] = []
+    for block in blocks:
+        span = lines.span(block.lo, block.hi)
+        if span is None:
+            continue
+        is_heading = block.tok >= 0 and tokens[block.tok].type == "heading_open"
+        if not atoms and is_heading and span[1] - span[0] <= max_chars // 2:
+            atoms.append(_Atom(*span, sticky=True))
+            continue
+        limit = max_chars
+        if len(atoms) == 1 and atoms[0].sticky:
+            # Budget the first block so its first piece fits beside the heading, unless that
+            # leaves too little room; then the heading stands alone.
+            lead_in = span[0] - atoms[0].start
+            if lead_in <= max_chars // 2:
+                limit -= lead_in
+            else:
+                atoms[0] = atoms[0]._replace(sticky=False)
+        atoms += _block_atoms(lines, tokens, block, span, limit)
+    return _pack(atoms, max_chars, path)
+
+
+def _block_atoms(
+    lines: _Lines, tokens: Sequence[Token], block: _Block, span: tuple[int, int], limit: int
+) -> list[_Atom]:
+    start, end = span
+    if end - start <= limit:
+        return [_Atom(start, end)]
+    if block.tok < 0:  # front matter: split between its lines
+        marks = [_Mark(line, 1, False) for line in range(block.lo, block.hi)]
+        return _split_lines(lines, block.lo, block.hi, marks, 1, limit)
+    token = tokens[block.tok]
+    if token.type in _CODE_TOKENS:
+        return [_Atom(start, end, atomic=True)]
+    if token.type == "table_open" and token.map:
+        return _table_atoms(lines, block, token.map[0], limit)
+    marks = [
+        _Mark(inner.map[0], inner.level, inner.type in _CODE_TOKENS)
+        for inner in tokens[block.tok + 1 : block.tok_end]
+        if inner.nesting != -1 and inner.map and inner.type != "inline"
+    ]
+    return _split_lines(lines, block.lo, block.hi, marks, 1, limit)
+
+
+def _split_lines(
+    lines: _Lines, lo: int, hi: int, marks: list[_Mark], level: int, limit: int
+) -> list[_Atom]:
+    """Split lines [lo, hi) at nested block starts, coarsest level first, never inside code."""
+    span = lines.span(lo, hi)
+    if span is None:
+        return []
+    if span[1] - span[0] <= limit:
+        return [_Atom(*span)]
+    inside = [mark for mark in marks if lo <= mark.line < hi]
+    deeper = [mark for mark in inside if mark.level >= level]
+    if not deeper:
+        if any(mark.code for mark in inside):
+            return [_Atom(*span, atomic=True)]
+        return _prose_atoms(lines.src, *span, limit)
+    cuts = sorted({mark.line for mark in deeper if mark.level == level and mark.line > lo})
+    return [
+        atom
+        for part_lo, part_hi in pairwise([lo, *cuts, hi])
+        for atom in _split_lines(lines, part_lo, part_hi, deeper, level + 1, limit)
+    ]
+
+
+def _table_atoms(lines: _Lines, block: _Block, table_line: int, limit: int) -> list[_Atom]:
+    """One atom per body row, each carrying the header to repeat when it opens a chunk."""
+    header = lines.span(block.lo, table_line + 2)  # header row and delimiter row
+    assert header is not None, "a parsed table always has a header row"
+    lead = lines.src[header[0] : header[1]] + "\n"
+    if len(lead) > limit // 2:
+        lead = ""  # repeating a huge header would crowd out the rows it is meant to label
+    atoms: list[_Atom] = []
+    header_pending = True
+    for line in range(table_line + 2, block.hi):
+        row = lines.span(line, line + 1)
+        if row is None:
+            continue
+        if header_pending:
+            header_pending = False
+            if row[1] - header[0] <= limit:
+                atoms.append(_Atom(header[0], row[1]))
+                continue
+            atoms += _prose_atoms(lines.src, *header, limit)
+        if len(lead) + row[1] - row[0] <= limit:
+            atoms.append(_Atom(*row, lead=lead))
+        else:
+            atoms += _prose_atoms(lines.src, *row, limit)
+    if header_pending:
+        atoms += _prose_atoms(lines.src, *header, limit)
+    return atoms
+
+
+def _prose_atoms(src: str, start: int, end: int, limit: int) -> list[_Atom]:
+    """Sentences, with any sentence longer than the limit hard-split on whitespace."""
+    atoms = []
+    for first, last in _sentences(src, start, end):
+        if last - first <= limit:
+            atoms.append(_Atom(first, last))
+        else:
+            atoms += [_Atom(*piece) for piece in _hard_split(src, first, last, limit)]
+    return atoms
+
+
+def _sentences(src: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    for match in _SENTENCE_BREAK.finditer(src, start, end):
+        yield start, match.start()
+        start = match.end()
+    yield start, end
+
+
+def _hard_split(src: str, start: int, end: int, limit: int) -> Iterator[tuple[int, int]]:
+    """Cut at the last whitespace within the limit; a word longer than the limit is cut."""
+    while end - start > limit:
+        match = _UP_TO_LAST_SPACE.match(src, start + 1, start + limit + 1)
+        if match is None:
+            yield start, start + limit
+            start += limit
+            continue
+        space = match.end() - 1
+        yield start, start + len(src[start:space].rstrip())
+        start = _SPACES.match(src, space).end()
+    yield start, end
+
+
+def _pack(atoms: list[_Atom], limit: int, path: str) -> list[_Draft]:
+    """Greedily fill chunks with whole atoms, in order."""
+    drafts: list[_Draft] = []
+    glue = False
+    for atom in atoms:
+        if drafts and (glue or len(drafts[-1].lead) + atom.end - drafts[-1].start <= limit):
+            drafts[-1].end = atom.end
+        else:
+            drafts.append(_Draft(atom.start, atom.end, atom.lead, path))
+        glue = atom.sticky
+    return drafts
+
+
+def _merge_small(drafts: list[_Draft], max_chars: int, min_chars: int) -> list[_Draft]:
+    """Merge each chunk under min_chars backwards if it fits, else forwards, else keep it.
+
+    Backwards first because the merged chunk keeps the first piece's heading path, so the
+    mislabelled text is only ever the small piece. A piece that cannot merge backwards is
+    carried into the next chunk (cascading through runs of small sections).
+    """
+    merged: list[_Draft] = []
+    carry: _Draft | None = None
+    for draft in drafts:
+        if carry is not None:
+            if _fits(carry, draft, max_chars):
+                draft = _joined(carry, draft)
+            else:
+                merged.append(carry)
+            carry = None
+        if draft.size >= min_chars:
+            merged.append(draft)
+        elif merged and _fits(merged[-1], draft, max_chars):
+            merged[-1] = _joined(merged[-1], draft)
+        else:
+            carry = draft
+    if carry is not None:
+        merged.append(carry)
+    return merged
+
+
+def _fits(first: _Draft, second: _Draft, max_chars: int) -> bool:
+    return len(first.lead) + second.end - first.start <= max_chars
+
+
+def _joined(first: _Draft, second: _Draft) -> _Draft:
+    # Adjacent drafts are separated only by whitespace, so one slice covers both.
+    return _Draft(first.start, second.end, first.lead, first.path)
+
+
+def _chunks(src: str, drafts: list[_Draft]) -> list[Chunk]:
+    return [
+        Chunk(index, draft.path, draft.lead + src[draft.start : draft.end])
+        for index, draft in enumerate(drafts)
+    ]

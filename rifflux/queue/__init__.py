@@ -1,0 +1,1 @@
+"""Job queueing: the SQLite Dramatiq broker and broker selection by URL."""

@@ -1,0 +1,230 @@
+"""The front process's side of the queue: submit jobs, follow them, find or start workers.
+
+The front process never indexes. It records a job, enqueues the plan message by actor
+name (it does not import the actors), and, when no worker is alive, starts a local
+pool of ``dramatiq`` worker processes for the job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import dramatiq
+import structlog
+from dramatiq import Message
+
+from rifflux.config import Settings
+from rifflux.errors import RiffluxError, RootNotFoundError
+from rifflux.queue import jobs, names
+from rifflux.queue.brokers import make_broker
+from rifflux.queue.presence import PresenceStore, presence_store_for
+from rifflux.queue.tasks import job_options
+from rifflux.store.connection import open_index
+
+log = structlog.get_logger(__name__)
+
+# How often waiting front processes re-read a job's row.
+JOB_POLL_SECONDS = 0.25
+# How long a local pool gets to boot and record its first heartbeat.
+POOL_BOOT_SECONDS = 60.0
+# How long a local pool gets to finish in-flight messages after SIGTERM.
+POOL_STOP_SECONDS = 30.0
+
+ProgressCallback = Callable[[jobs.JobRecord], None]
+
+
+class JobTimeout(RiffluxError):
+    """A job did not finish within the time the caller was willing to wait."""
+
+
+@dataclass
+class LocalPool:
+    """Worker processes this front process started, stopped when it is done with them."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=POOL_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+
+
+def worker_command(processes: int, threads: int = 1, queues: Sequence[str] = ()) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "dramatiq",
+        "workers.actors",
+        "--processes",
+        str(processes),
+        "--threads",
+        str(threads),
+    ]
+    if queues:
+        command += ["--queues", *queues]
+    return command
+
+
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """The environment that points workers at this front process's index and broker."""
+    env = dict(os.environ)
+    env["RIFFLUX_DB_PATH"] = str(settings.db_path.resolve())
+    env["RIFFLUX_BROKER_URL"] = settings.resolved_broker_url
+    env["RIFFLUX_EMBEDDING_BACKEND"] = settings.embedding_backend
+    return env
+
+
+class IndexQueue:
+    """Submit reindex jobs for one index database and follow them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db_path = settings.db_path.resolve()
+        self._broker: dramatiq.Broker | None = None
+        self._presence: PresenceStore | None = None
+        self.pool: LocalPool | None = None
+
+    @property
+    def broker(self) -> dramatiq.Broker:
+        if self._broker is None:
+            self._broker = make_broker(self.settings.resolved_broker_url)
+            for queue in names.ALL_QUEUES:
+                self._broker.declare_queue(queue)
+        return self._broker
+
+    @property
+    def presence(self) -> PresenceStore:
+        if self._presence is None:
+            self._presence = presence_store_for(self.broker, self.settings)
+        return self._presence
+
+    def submit(
+        self, paths: Sequence[Path | str], *, force: bool = False, prune_missing: bool = True
+    ) -> str:
+        """Record a job and enqueue its plan step; returns the job id."""
+        roots = [Path(p) for p in paths]
+        for root in roots:
+            if not root.exists():
+                raise RootNotFoundError(f"path to index does not exist: {root}")
+        options = job_options(self.settings, force=force, prune_missing=prune_missing)
+        conn = open_index(self.db_path)
+        try:
+            job_id = jobs.create_job(conn, [str(r.resolve()) for r in roots], options)
+        finally:
+            conn.close()
+        self.broker.enqueue(
+            Message(
+                queue_name=names.PLAN_QUEUE,
+                actor_name=names.PLAN_ACTOR,
+                args=(str(self.db_path), job_id),
+                kwargs={},
+                options={"on_retry_exhausted": names.PLAN_FAILED_ACTOR},
+            )
+        )
+        log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
+        return job_id
+
+    def job(self, job_id: str) -> jobs.JobRecord | None:
+        conn = open_index(self.db_path)
+        try:
+            return jobs.get_job(conn, job_id)
+        finally:
+            conn.close()
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> jobs.JobRecord:
+        """Block until the job finishes; raises :class:`JobTimeout` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        conn = open_index(self.db_path)
+        try:
+            while True:
+                record = jobs.get_job(conn, job_id)
+                if record is None:
+                    raise RiffluxError(f"no job with id {job_id!r}")
+                if on_progress is not None:
+                    on_progress(record)
+                if record.finished:
+                    return record
+                if self.pool is not None and not self.pool.alive():
+                    raise RiffluxError(f"the local worker pool exited; see {self.pool.log_path}")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise JobTimeout(f"job {job_id} still {record.state} after {timeout}s")
+                time.sleep(JOB_POLL_SECONDS)
+        finally:
+            conn.close()
+
+    def live_workers(self) -> list[dict[str, Any]]:
+        return self.presence.live_workers()
+
+    def index_host_workers(self) -> list[dict[str, Any]]:
+        """Live workers that consume the plan and write queues (the index host's)."""
+        return [w for w in self.live_workers() if set(names.INDEX_HOST_QUEUES) <= set(w["queues"])]
+
+    def ensure_workers(self, processes: int | None = None) -> LocalPool | None:
+        """Start a local worker pool unless index-host workers are alive."""
+        if self.index_host_workers():
+            return None
+        if self.pool is not None and self.pool.alive():
+            return self.pool
+        count = processes or self.settings.workers
+        log_path = self.db_path.parent / "workers.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = log_path.open("ab")
+        process = subprocess.Popen(
+            worker_command(count),
+            env=worker_environment(self.settings),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        self.pool = LocalPool(process, log_path, log_file)
+        log.info("workers.local_pool_started", processes=count, pid=process.pid, log=str(log_path))
+        return self.pool
+
+    def stop_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+
+    def close(self) -> None:
+        self.stop_pool()
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+
+    def status(self, *, recent: int = 10) -> dict[str, Any]:
+        conn = open_index(self.db_path)
+        try:
+            recent_jobs = [j.to_dict() for j in jobs.recent_jobs(conn, recent)]
+        finally:
+            conn.close()
+        depths = getattr(self.broker, "queue_depths", None)
+        return {
+            "broker": self.settings.resolved_broker_url,
+            "live_workers": self.live_workers(),
+            "queue_depths": depths() if callable(depths) else None,
+            "recent_jobs": recent_jobs,
+        }

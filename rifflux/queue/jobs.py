@@ -1,0 +1,195 @@
+"""Job records: one row per reindex job in the index database, surviving restarts.
+
+States move queued → running → completed | failed | cancelled. Counters are updated in
+the same transaction as the index rows they describe, so a job's progress never
+claims work that did not land.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rifflux.store.connection import retry_on_busy, write_transaction
+
+JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
+FINISHED_STATES = ("completed", "failed", "cancelled")
+# Keeps job rows bounded: errors beyond this many are counted, not listed.
+MAX_ERRORS_KEPT = 200
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: str
+    roots: list[str]
+    options: dict[str, Any]
+    state: str
+    files_total: int = 0
+    files_done: int = 0
+    files_skipped: int = 0
+    files_failed: int = 0
+    files_deleted: int = 0
+    chunks_embedded: int = 0
+    batches_total: int = 0
+    batches_done: int = 0
+    retries: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    updated_at: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    @property
+    def planned(self) -> bool:
+        return bool(self.options.get("planned"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.id,
+            "roots": self.roots,
+            "state": self.state,
+            "files_total": self.files_total,
+            "files_done": self.files_done,
+            "files_skipped": self.files_skipped,
+            "files_failed": self.files_failed,
+            "files_deleted": self.files_deleted,
+            "chunks_embedded": self.chunks_embedded,
+            "batches_total": self.batches_total,
+            "batches_done": self.batches_done,
+            "retries": self.retries,
+            "errors": self.errors,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        roots=json.loads(row["roots"]),
+        options=json.loads(row["options"]),
+        state=row["state"],
+        files_total=row["files_total"],
+        files_done=row["files_done"],
+        files_skipped=row["files_skipped"],
+        files_failed=row["files_failed"],
+        files_deleted=row["files_deleted"],
+        chunks_embedded=row["chunks_embedded"],
+        batches_total=row["batches_total"],
+        batches_done=row["batches_done"],
+        retries=row["retries"],
+        errors=json.loads(row["errors"]),
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def create_job(conn: sqlite3.Connection, roots: Sequence[str], options: dict[str, Any]) -> str:
+    job_id = uuid.uuid4().hex
+    now = time.time()
+
+    def run() -> None:
+        with write_transaction(conn):
+            conn.execute(
+                "INSERT INTO jobs(id, roots, options, state, created_at, updated_at) "
+                "VALUES (?, ?, ?, 'queued', ?, ?)",
+                (job_id, json.dumps(list(roots)), json.dumps(options), now, now),
+            )
+
+    retry_on_busy(run)
+    return job_id
+
+
+def get_job(conn: sqlite3.Connection, job_id: str) -> JobRecord | None:
+    row = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return _record(row) if row else None
+
+
+def recent_jobs(conn: sqlite3.Connection, limit: int = 10) -> list[JobRecord]:
+    rows = conn.execute(
+        "SELECT * FROM jobs ORDER BY created_at DESC, id LIMIT ?", (limit,)
+    ).fetchall()
+    return [_record(row) for row in rows]
+
+
+def active_jobs(conn: sqlite3.Connection) -> list[JobRecord]:
+    rows = conn.execute(
+        "SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY created_at"
+    ).fetchall()
+    return [_record(row) for row in rows]
+
+
+def update_job(conn: sqlite3.Connection, job_id: str, **fields: Any) -> None:
+    """Set columns of a job (call inside a write transaction)."""
+    if not fields:
+        return
+    encoded = {
+        key: json.dumps(value) if key in ("options", "errors", "roots") else value
+        for key, value in fields.items()
+    }
+    encoded["updated_at"] = time.time()
+    assignments = ", ".join(f"{key} = ?" for key in encoded)
+    conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*encoded.values(), job_id))
+
+
+def add_counts(conn: sqlite3.Connection, job_id: str, **deltas: int) -> None:
+    """Increment counters of a job (call inside a write transaction)."""
+    if not deltas:
+        return
+    assignments = ", ".join(f"{key} = {key} + ?" for key in deltas)
+    conn.execute(
+        f"UPDATE jobs SET {assignments}, updated_at = ? WHERE id = ?",
+        (*deltas.values(), time.time(), job_id),
+    )
+
+
+def add_errors(conn: sqlite3.Connection, job_id: str, errors: Sequence[dict[str, str]]) -> None:
+    """Append ``{"path", "error"}`` entries (call inside a write transaction)."""
+    if not errors:
+        return
+    row = conn.execute("SELECT errors FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        return
+    kept = json.loads(row["errors"])
+    kept.extend(errors)
+    update_job(conn, job_id, errors=kept[:MAX_ERRORS_KEPT])
+
+
+def mark_batch(conn: sqlite3.Connection, job_id: str, batch_no: int, state: str) -> bool:
+    """Record a batch outcome once; False if it was already recorded (a redelivery)."""
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO job_batches(job_id, batch_no, state) VALUES (?, ?, ?)",
+        (job_id, batch_no, state),
+    )
+    return cursor.rowcount == 1
+
+
+def batch_recorded(conn: sqlite3.Connection, job_id: str, batch_no: int) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM job_batches WHERE job_id = ? AND batch_no = ?", (job_id, batch_no)
+    ).fetchone()
+    return row is not None
+
+
+def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:
+    def run() -> bool:
+        with write_transaction(conn):
+            job = get_job(conn, job_id)
+            if job is None or job.finished:
+                return False
+            update_job(conn, job_id, state="cancelled", finished_at=time.time())
+            return True
+
+    return retry_on_busy(run)

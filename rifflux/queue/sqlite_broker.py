@@ -1,0 +1,695 @@
+"""A Dramatiq broker over one SQLite file in WAL mode, safe when workers die.
+
+Every message is a row in ``messages``. A consumer *leases* rows (``state='leased'``,
+``leased_until``, ``lease_owner``) in one ``BEGIN IMMEDIATE`` transaction, so two
+consumers, in this process or another, never hold the same row at once. A consumer
+renews the leases of the rows it holds while it runs; a row whose lease has expired
+(its worker was killed, even with ``kill -9``, or hung) is leased again by the next
+consumer that looks. ``ack`` deletes the row, ``nack`` moves it to ``dead_letters``.
+
+Delayed messages follow Dramatiq's protocol: ``enqueue(message, delay=ms)`` puts them
+on the delay queue ``dq_name(queue)`` with ``options["eta"]``, and the worker moves
+them back to the queue when due. The ``eta`` column lets a consumer hand out a
+delay-queue row only once it is due, so no row sits leased in a worker's memory for
+the whole delay.
+
+Consumers wait without spinning: a same-process enqueue wakes them through a
+condition variable; writes by other processes are seen by polling, with a wait that
+doubles from :data:`MIN_POLL_SECONDS` after a hit up to :data:`MAX_POLL_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import uuid4
+
+import structlog
+from dramatiq.broker import Broker, Consumer, MessageProxy
+from dramatiq.common import current_millis, dq_name, q_name
+from dramatiq.errors import DecodeError, QueueJoinTimeout
+from dramatiq.message import Message
+from dramatiq.middleware import Middleware, default_middleware
+from dramatiq.worker import Worker
+
+from rifflux.store.connection import connect, retry_on_busy, write_transaction
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds a consumer holds a message before another consumer may take it. A worker
+#: that dies delays its messages by at most this long; a live consumer renews its
+#: leases every third of it, so a long-running task is not delivered twice.
+DEFAULT_LEASE_SECONDS = 60.0
+
+#: A message whose lease expired this many times (its worker died or hung each time)
+#: is moved to ``dead_letters`` instead of being delivered again. ``None`` disables it.
+DEFAULT_MAX_DELIVERIES = 5
+
+#: Seconds between polls right after a consumer found a message.
+MIN_POLL_SECONDS = 0.01
+
+#: Longest wait, in seconds, between polls of an idle queue. Enqueues made in the same
+#: process wake consumers at once; an enqueue made by another process is noticed after
+#: at most this long. Idle consumers cost one indexed read per this interval.
+MAX_POLL_SECONDS = 1.0
+
+#: Seconds between checks while ``join`` waits on messages processed by another process.
+JOIN_POLL_SECONDS = 0.1
+
+#: Seconds between two heartbeats of a worker running :class:`HeartbeatMiddleware`.
+DEFAULT_HEARTBEAT_SECONDS = 5.0
+
+#: A worker not heard from for this many seconds is not listed by ``live_workers``.
+DEFAULT_LIVE_WORKER_SECONDS = 15.0
+
+# Row ids per statement when many messages change at once (SQLite caps bound variables).
+_ID_BATCH = 500
+# Dead-letter reasons and argument summaries are cut to these lengths.
+_REASON_CHARS = 2_000
+_ARGS_SUMMARY_CHARS = 200
+
+SCHEMA_SQL = (
+    # ``id`` is the broker's own key: Dramatiq enqueues a retry, or a due delayed
+    # message, under the same ``message_id`` before it acks the previous copy.
+    # AUTOINCREMENT never reuses an id, so a stale ack cannot delete a newer row.
+    """
+    CREATE TABLE IF NOT EXISTS messages (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id     TEXT NOT NULL,
+        queue_name     TEXT NOT NULL,
+        actor_name     TEXT NOT NULL,
+        state          TEXT NOT NULL CHECK (state IN ('ready', 'leased')),
+        eta            REAL NOT NULL,
+        leased_until   REAL,
+        lease_owner    TEXT,
+        delivery_count INTEGER NOT NULL DEFAULT 0,
+        body           BLOB NOT NULL,
+        enqueued_at    REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS messages_due ON messages(queue_name, state, eta)",
+    "CREATE INDEX IF NOT EXISTS messages_lease ON messages(queue_name, state, leased_until)",
+    "CREATE INDEX IF NOT EXISTS messages_owner ON messages(lease_owner)",
+    """
+    CREATE TABLE IF NOT EXISTS dead_letters (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id TEXT NOT NULL,
+        queue_name TEXT NOT NULL,
+        actor_name TEXT NOT NULL,
+        body       BLOB NOT NULL,
+        reason     TEXT NOT NULL,
+        failed_at  REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS dead_letters_queue ON dead_letters(queue_name, failed_at)",
+    """
+    CREATE TABLE IF NOT EXISTS workers (
+        worker_id  TEXT PRIMARY KEY,
+        hostname   TEXT NOT NULL,
+        pid        INTEGER NOT NULL,
+        queues     TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        last_seen  REAL NOT NULL
+    )
+    """,
+)
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    for statement in SCHEMA_SQL:
+        conn.execute(statement)
+
+
+def _placeholders(count: int) -> str:
+    return ",".join("?" * count)
+
+
+def _batches(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+    for start in range(0, len(ids), _ID_BATCH):
+        yield ids[start : start + _ID_BATCH]
+
+
+def _process_tag() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+
+
+class SQLiteBroker(Broker):
+    """A Dramatiq broker storing its queues in the SQLite file at ``path``.
+
+    Any number of processes may share the file. Each thread uses its own connection.
+
+    Parameters:
+      path: The broker database; created, with its tables, if missing.
+      middleware: As for :class:`dramatiq.Broker`. The default is Dramatiq's default
+        middleware plus :class:`HeartbeatMiddleware`.
+      lease_seconds: See :data:`DEFAULT_LEASE_SECONDS`.
+      max_poll_seconds: See :data:`MAX_POLL_SECONDS`.
+      max_deliveries: See :data:`DEFAULT_MAX_DELIVERIES`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        middleware: list[Middleware] | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_poll_seconds: float = MAX_POLL_SECONDS,
+        max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
+    ) -> None:
+        if lease_seconds <= 0 or max_poll_seconds <= 0:
+            raise ValueError("lease_seconds and max_poll_seconds must be positive")
+        if middleware is None:
+            middleware = [m() for m in default_middleware] + [HeartbeatMiddleware()]
+        super().__init__(middleware=middleware)
+        self.queues: set[str] = set()
+        self.path = Path(path)
+        self.lease_seconds = lease_seconds
+        self.max_poll_seconds = max_poll_seconds
+        self.max_deliveries = max_deliveries
+
+        self._connections: dict[int, sqlite3.Connection] = {}
+        self._connections_pid = os.getpid()
+        self._connections_lock = threading.Lock()
+        # Per-queue change counters: bumped on enqueue, ack, nack, requeue and flush so
+        # that waiting consumers and joins in this process wake up at once.
+        self._changes: defaultdict[str, int] = defaultdict(int)
+        self._changed = threading.Condition()
+
+        self._write(_create_schema)
+
+    # -- connections and transactions -------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        ident = threading.get_ident()
+        with self._connections_lock:
+            if self._connections_pid != os.getpid():
+                # A forked child must neither use nor close its parent's connections.
+                self._connections = {}
+                self._connections_pid = os.getpid()
+            conn = self._connections.get(ident)
+            if conn is None:
+                live = {thread.ident for thread in threading.enumerate()}
+                for dead in [i for i in self._connections if i not in live]:
+                    self._connections.pop(dead).close()
+                conn = self._connections[ident] = connect(self.path)
+            return conn
+
+    def _write(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``operation`` in one write transaction, retried while the file is busy."""
+        conn = self._conn()
+
+        def attempt() -> T:
+            with write_transaction(conn):
+                return operation(conn)
+
+        return retry_on_busy(attempt)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        conn = self._conn()
+        return retry_on_busy(lambda: conn.execute(sql, params).fetchall())
+
+    def _notify(self, *queue_names: str) -> None:
+        with self._changed:
+            for name in queue_names:
+                self._changes[name] += 1
+            self._changed.notify_all()
+
+    def _change_marks(self, queue_names: Iterable[str]) -> dict[str, int]:
+        with self._changed:
+            return {name: self._changes[name] for name in queue_names}
+
+    def _wait_for_change(self, marks: dict[str, int], seconds: float) -> None:
+        """Sleep up to ``seconds``, waking early if a queue in ``marks`` changed since."""
+        if seconds <= 0:
+            return
+        with self._changed:
+            self._changed.wait_for(
+                lambda: any(self._changes[name] != mark for name, mark in marks.items()),
+                timeout=seconds,
+            )
+
+    # -- the Broker interface ----------------------------------------------------------
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 30000) -> Consumer:
+        """A consumer leasing up to ``prefetch`` messages at a time off ``queue_name``;
+        its ``__next__`` returns ``None`` after ``timeout`` ms without a message."""
+        return _SQLiteConsumer(self, queue_name, prefetch, timeout)
+
+    def declare_queue(self, queue_name: str) -> None:
+        """Declare ``queue_name`` and its delay queue. Idempotent."""
+        if queue_name in self.queues:
+            return
+        self.emit_before("declare_queue", queue_name)
+        self.queues.add(queue_name)
+        self.emit_after("declare_queue", queue_name)
+
+        # Dramatiq has no ``before_declare_delay_queue`` hook, only the ``after`` one.
+        delayed_name = dq_name(queue_name)
+        self.delay_queues.add(delayed_name)
+        self.emit_after("declare_delay_queue", delayed_name)
+
+    def enqueue(self, message: Message, *, delay: int | None = None) -> Message:
+        """Store ``message``; with ``delay`` (ms), on its delay queue with an ``eta``."""
+        queue_name = message.queue_name
+        if delay is not None:
+            queue_name = dq_name(queue_name)
+            message = message.copy(queue_name=queue_name, options={"eta": current_millis() + delay})
+
+        self.emit_before("enqueue", message, delay)
+        now = time.time()
+        eta = message.options.get("eta")
+        due = eta / 1000 if isinstance(eta, int | float) else now
+        body = message.encode()
+        self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO messages (message_id, queue_name, actor_name, state, eta, "
+                "delivery_count, body, enqueued_at) VALUES (?, ?, ?, 'ready', ?, 0, ?, ?)",
+                (message.message_id, queue_name, message.actor_name, due, body, now),
+            )
+        )
+        self._notify(queue_name)
+        self.emit_after("enqueue", message, delay)
+        return message
+
+    def get_declared_queues(self) -> set[str]:
+        return self.queues.copy()
+
+    def flush(self, queue_name: str) -> None:
+        """Drop every message of ``queue_name`` and its delay queue, and its dead letters."""
+        names = (queue_name, dq_name(queue_name))
+
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM messages WHERE queue_name IN (?, ?)", names)
+            conn.execute("DELETE FROM dead_letters WHERE queue_name = ?", (q_name(queue_name),))
+
+        self._write(delete)
+        self._notify(*names)
+
+    def flush_all(self) -> None:
+        """Flush every declared queue."""
+        for queue_name in self.get_declared_queues():
+            self.flush(queue_name)
+
+    def join(self, queue_name: str, *, timeout: int | None = None) -> None:
+        """Wait until ``queue_name`` and its delay queue hold no message, ready or leased.
+
+        Raises:
+          QueueJoinTimeout: If that takes longer than ``timeout`` ms.
+        """
+        names = (queue_name, dq_name(queue_name))
+        deadline = timeout and time.monotonic() + timeout / 1000
+        while True:
+            marks = self._change_marks(names)
+            if self._count(names) == 0:
+                return
+            wait = JOIN_POLL_SECONDS
+            if deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise QueueJoinTimeout(queue_name)
+                wait = min(wait, remaining)
+            self._wait_for_change(marks, wait)
+
+    def close(self) -> None:
+        """Close every connection this broker opened; later calls open new ones."""
+        with self._connections_lock:
+            connections, self._connections = self._connections, {}
+        if self._connections_pid == os.getpid():
+            for conn in connections.values():
+                conn.close()
+
+    # -- heartbeats and introspection --------------------------------------------------
+
+    def record_heartbeat(self, worker_id: str, queues: Iterable[str]) -> None:
+        """Record that the worker ``worker_id`` of this process, consuming ``queues``, is alive."""
+        now = time.time()
+        queues_json = json.dumps(sorted(queues))
+        self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO workers (worker_id, hostname, pid, queues, started_at, last_seen) "
+                "VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(worker_id) DO UPDATE SET queues = excluded.queues, "
+                "last_seen = excluded.last_seen",
+                (worker_id, socket.gethostname(), os.getpid(), queues_json, now, now),
+            )
+        )
+
+    def remove_heartbeat(self, worker_id: str) -> None:
+        """Forget the worker ``worker_id`` (it shut down cleanly)."""
+        self._write(
+            lambda conn: conn.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
+        )
+
+    def live_workers(self, max_age_seconds: float = DEFAULT_LIVE_WORKER_SECONDS) -> list[dict]:
+        """Workers whose last heartbeat is at most ``max_age_seconds`` old, oldest first."""
+        rows = self._read(
+            "SELECT worker_id, hostname, pid, queues, started_at, last_seen FROM workers "
+            "WHERE last_seen >= ? ORDER BY started_at, worker_id",
+            (time.time() - max_age_seconds,),
+        )
+        return [{**dict(row), "queues": json.loads(row["queues"])} for row in rows]
+
+    def queue_depths(self) -> dict[str, int]:
+        """Messages waiting or in progress per queue, delay queues included."""
+        depths = dict.fromkeys(self.get_declared_queues() | self.get_declared_delay_queues(), 0)
+        for row in self._read("SELECT queue_name, COUNT(*) AS n FROM messages GROUP BY queue_name"):
+            depths[row["queue_name"]] = row["n"]
+        return dict(sorted(depths.items()))
+
+    def dead_letters(self, limit: int = 100) -> list[dict]:
+        """The ``limit`` most recent dead letters, newest first."""
+        rows = self._read(
+            "SELECT message_id, queue_name, actor_name, body, reason, failed_at "
+            "FROM dead_letters ORDER BY failed_at DESC, id DESC LIMIT ?",
+            (limit,),
+        )
+        return [
+            {
+                "message_id": row["message_id"],
+                "queue_name": row["queue_name"],
+                "actor_name": row["actor_name"],
+                "args": _args_summary(row["body"]),
+                "reason": row["reason"],
+                "failed_at": row["failed_at"],
+            }
+            for row in rows
+        ]
+
+    def _count(self, queue_names: Sequence[str]) -> int:
+        names = _placeholders(len(queue_names))
+        rows = self._read(
+            f"SELECT COUNT(*) AS n FROM messages WHERE queue_name IN ({names})", queue_names
+        )
+        return rows[0]["n"]
+
+
+def _args_summary(body: bytes) -> str:
+    try:
+        message = Message.decode(body)
+    except DecodeError:
+        return "<undecodable message body>"
+    summary = f"args={list(message.args)!r} kwargs={message.kwargs!r}"
+    if len(summary) > _ARGS_SUMMARY_CHARS:
+        summary = summary[: _ARGS_SUMMARY_CHARS - 1] + "…"
+    return summary
+
+
+def _failure_reason(message: MessageProxy) -> str:
+    exception = message._exception
+    if exception is not None:
+        reason = f"{type(exception).__name__}: {exception}"
+    else:
+        lines = (message.options.get("traceback") or "").strip().splitlines()
+        reason = lines[-1] if lines else "rejected by the worker"
+    return reason[:_REASON_CHARS]
+
+
+class _SQLiteMessageProxy(MessageProxy):
+    """A leased message. ``delivery_count`` is 1 on first delivery, 2 after one expired lease."""
+
+    def __init__(self, message: Message, *, row_id: int, delivery_count: int) -> None:
+        super().__init__(message)
+        self.row_id = row_id
+        self.delivery_count = delivery_count
+
+
+class _SQLiteConsumer(Consumer):
+    """Leases messages off one queue.
+
+    Its consumer thread calls ``__next__``; Dramatiq's worker threads call ``ack`` and
+    ``nack``, so the bookkeeping below is guarded by a lock.
+    """
+
+    def __init__(self, broker: SQLiteBroker, queue_name: str, prefetch: int, timeout: int) -> None:
+        self.broker = broker
+        self.queue_name = queue_name
+        self.prefetch = prefetch
+        self.timeout = timeout
+        self.owner = _process_tag()
+
+        self._lock = threading.Lock()
+        # Rows this consumer leased and has not acked, nacked or requeued.
+        self._held: set[int] = set()
+        # Leased messages not yet returned by ``__next__`` (a subset of ``_held``).
+        self._cache: deque[_SQLiteMessageProxy] = deque()
+        self._poll_seconds = MIN_POLL_SECONDS
+        self._renew_at = 0.0
+
+    def __next__(self) -> _SQLiteMessageProxy | None:
+        deadline = time.monotonic() + self.timeout / 1000
+        while True:
+            self._renew_leases_if_due()
+            with self._lock:
+                if self._cache:
+                    self._poll_seconds = MIN_POLL_SECONDS
+                    return self._cache.popleft()
+                free = self.prefetch - len(self._held)
+                holding = bool(self._held)
+
+            # Taken before looking, so a change made while we look cuts the wait short.
+            marks = self.broker._change_marks([self.queue_name])
+            wait = self._poll_seconds
+            if free > 0:
+                available_at = self._next_available_at()
+                if available_at is not None and available_at <= time.time():
+                    if self._lease(free):
+                        continue
+                elif available_at is not None:
+                    wait = min(wait, available_at - time.time())
+            if holding:
+                wait = min(wait, self._renew_at - time.monotonic())
+
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.broker._wait_for_change(marks, min(wait, remaining))
+            self._poll_seconds = min(self._poll_seconds * 2, self.broker.max_poll_seconds)
+
+    def ack(self, message: _SQLiteMessageProxy) -> None:
+        self.broker._write(
+            lambda conn: conn.execute("DELETE FROM messages WHERE id = ?", (message.row_id,))
+        )
+        self._forget([message.row_id])
+        self.broker._notify(self.queue_name)
+
+    def nack(self, message: _SQLiteMessageProxy) -> None:
+        reason = _failure_reason(message)
+        body = message.encode()
+
+        def dead_letter(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM messages WHERE id = ?", (message.row_id,))
+            conn.execute(
+                "INSERT INTO dead_letters (message_id, queue_name, actor_name, body, reason, "
+                "failed_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    message.message_id,
+                    q_name(self.queue_name),
+                    message.actor_name,
+                    body,
+                    reason,
+                    time.time(),
+                ),
+            )
+
+        self.broker._write(dead_letter)
+        self._forget([message.row_id])
+        self.broker._notify(self.queue_name)
+
+    def requeue(self, messages: Iterable[_SQLiteMessageProxy]) -> None:
+        """Make ``messages`` ready again. A requeued delivery does not count as one."""
+        self._release([message.row_id for message in messages])
+
+    def close(self) -> None:
+        """Release the leased messages never handed out; the others keep their lease."""
+        with self._lock:
+            unused = [message.row_id for message in self._cache]
+        self._release(unused)
+
+    # -- leasing -----------------------------------------------------------------------
+
+    def _next_available_at(self) -> float | None:
+        """Epoch seconds when a message may next be leasable: the earliest ready ``eta``
+        or the earliest expiry of another consumer's lease. ``None``: the queue is empty."""
+        row = self.broker._read(
+            "SELECT (SELECT MIN(eta) FROM messages WHERE queue_name = ? AND state = 'ready'), "
+            "(SELECT MIN(leased_until) FROM messages WHERE queue_name = ? AND state = 'leased' "
+            "AND lease_owner IS NOT ?)",
+            (self.queue_name, self.queue_name, self.owner),
+        )[0]
+        times = [value for value in row if value is not None]
+        return min(times) if times else None
+
+    def _lease(self, limit: int) -> int:
+        """Lease up to ``limit`` due messages into the cache; return how many."""
+        broker = self.broker
+        queue = self.queue_name
+        owner = self.owner
+        lease_seconds = broker.lease_seconds
+        max_deliveries = broker.max_deliveries
+
+        def lease(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            now = time.time()
+            until = now + lease_seconds
+            # Renew this consumer's own leases first, so none of them counts as expired.
+            conn.execute(
+                "UPDATE messages SET leased_until = ? WHERE lease_owner = ? AND state = 'leased'",
+                (until, owner),
+            )
+            expired = "queue_name = ? AND state = 'leased' AND leased_until <= ?"
+            if max_deliveries is not None:
+                poisoned = f"{expired} AND delivery_count >= ?"
+                conn.execute(
+                    "INSERT INTO dead_letters (message_id, queue_name, actor_name, body, "
+                    "reason, failed_at) SELECT message_id, ?, actor_name, body, "
+                    "'lease expired ' || delivery_count || ' times: its worker died or hung "
+                    f"each time', ? FROM messages WHERE {poisoned}",
+                    (q_name(queue), now, queue, now, max_deliveries),
+                )
+                conn.execute(f"DELETE FROM messages WHERE {poisoned}", (queue, now, max_deliveries))
+            # Redeliver expired leases first (they are the oldest), then due ready rows.
+            rows = conn.execute(
+                "UPDATE messages SET leased_until = ?, lease_owner = ?, "
+                "delivery_count = delivery_count + 1 WHERE id IN (SELECT id FROM messages "
+                f"WHERE {expired} ORDER BY leased_until LIMIT ?) "
+                "RETURNING id, eta, delivery_count, body, message_id, actor_name",
+                (until, owner, queue, now, limit),
+            ).fetchall()
+            rows += conn.execute(
+                "UPDATE messages SET state = 'leased', leased_until = ?, lease_owner = ?, "
+                "delivery_count = delivery_count + 1 WHERE id IN (SELECT id FROM messages "
+                "WHERE queue_name = ? AND state = 'ready' AND eta <= ? ORDER BY eta, id LIMIT ?) "
+                "RETURNING id, eta, delivery_count, body, message_id, actor_name",
+                (until, owner, queue, now, limit - len(rows)),
+            ).fetchall()
+            return rows
+
+        rows = broker._write(lease)
+        self._renew_at = time.monotonic() + lease_seconds / 3
+        proxies = []
+        for row in sorted(rows, key=lambda r: (r["eta"], r["id"])):
+            try:
+                message = Message.decode(row["body"])
+            except DecodeError as exc:
+                self._dead_letter_undecodable(row, exc)
+                continue
+            if row["delivery_count"] > 1:
+                log.warning(
+                    "sqlite_broker.redelivery",
+                    queue=queue,
+                    message_id=row["message_id"],
+                    delivery_count=row["delivery_count"],
+                )
+            proxies.append(
+                _SQLiteMessageProxy(message, row_id=row["id"], delivery_count=row["delivery_count"])
+            )
+        with self._lock:
+            self._held.update(proxy.row_id for proxy in proxies)
+            self._cache.extend(proxies)
+        return len(proxies)
+
+    def _dead_letter_undecodable(self, row: sqlite3.Row, exc: DecodeError) -> None:
+        log.error("sqlite_broker.undecodable", queue=self.queue_name, message_id=row["message_id"])
+
+        def move(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM messages WHERE id = ?", (row["id"],))
+            conn.execute(
+                "INSERT INTO dead_letters (message_id, queue_name, actor_name, body, reason, "
+                "failed_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    row["message_id"],
+                    q_name(self.queue_name),
+                    row["actor_name"],
+                    row["body"],
+                    f"undecodable message body: {exc.error!r}"[:_REASON_CHARS],
+                    time.time(),
+                ),
+            )
+
+        self.broker._write(move)
+
+    def _renew_leases_if_due(self) -> None:
+        with self._lock:
+            if not self._held or time.monotonic() < self._renew_at:
+                return
+        until = time.time() + self.broker.lease_seconds
+        self.broker._write(
+            lambda conn: conn.execute(
+                "UPDATE messages SET leased_until = ? WHERE lease_owner = ? AND state = 'leased'",
+                (until, self.owner),
+            )
+        )
+        self._renew_at = time.monotonic() + self.broker.lease_seconds / 3
+
+    def _release(self, row_ids: list[int]) -> None:
+        if not row_ids:
+            return
+
+        def release(conn: sqlite3.Connection) -> None:
+            for batch in _batches(row_ids):
+                conn.execute(
+                    "UPDATE messages SET state = 'ready', leased_until = NULL, "
+                    "lease_owner = NULL, delivery_count = MAX(delivery_count - 1, 0) "
+                    f"WHERE state = 'leased' AND id IN ({_placeholders(len(batch))})",
+                    batch,
+                )
+
+        self.broker._write(release)
+        self._forget(row_ids)
+        self.broker._notify(self.queue_name)
+
+    def _forget(self, row_ids: Iterable[int]) -> None:
+        gone = set(row_ids)
+        with self._lock:
+            self._held -= gone
+            self._cache = deque(proxy for proxy in self._cache if proxy.row_id not in gone)
+
+
+class HeartbeatMiddleware(Middleware):
+    """Records in the broker file that this process's worker is alive.
+
+    On worker boot it writes a heartbeat at once, then every ``interval_seconds`` from
+    a daemon thread; on worker shutdown it removes the row. ``SQLiteBroker.live_workers``
+    lists the workers heard from recently.
+    """
+
+    def __init__(self, *, interval_seconds: float = DEFAULT_HEARTBEAT_SECONDS) -> None:
+        self.interval_seconds = interval_seconds
+        self.worker_id: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def after_worker_boot(self, broker: SQLiteBroker, worker: Worker) -> None:
+        worker_id = self.worker_id = _process_tag()
+        queues = sorted(worker.consumer_whitelist or broker.get_declared_queues())
+        broker.record_heartbeat(worker_id, queues)
+        self._stop = stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.interval_seconds):
+                try:
+                    broker.record_heartbeat(worker_id, queues)
+                except sqlite3.Error:
+                    log.warning("sqlite_broker.heartbeat_failed", worker=worker_id, exc_info=True)
+
+        self._thread = threading.Thread(target=beat, name="rifflux-heartbeat", daemon=True)
+        self._thread.start()
+
+    def before_worker_shutdown(self, broker: SQLiteBroker, worker: Worker) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_seconds)
+            self._thread = None
+        if self.worker_id is not None:
+            broker.remove_heartbeat(self.worker_id)
+            self.worker_id = None

@@ -1,0 +1,353 @@
+"""The steps of a reindex job as plain functions; ``workers/actors.py`` runs them on Dramatiq.
+
+plan (index host)  → scans, diffs, refreshes metadata, sends embed batches with the
+                     file texts and the embed hashes that already have vectors.
+embed (anywhere)   → chunks and batch-embeds only new texts; never opens the index.
+write (index host) → applies one batch in one transaction, idempotently, with job counts.
+finalize (index host) → prunes vanished files, settles the job state.
+
+A job describes itself (globs, bounds, chunk sizes captured at submission), so workers
+with another environment still index exactly what the front process asked for.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rifflux.config import Settings
+from rifflux.embed.base import Embedder
+from rifflux.embed.factory import embedder_label_for
+from rifflux.errors import EmbeddingModelMismatch, RiffluxError
+from rifflux.index.changes import FileWork, batch_by_bytes, paths_to_prune
+from rifflux.index.indexer import check_embedding_model, decide_all, scan_for, stored_paths
+from rifflux.index.prepare import PreparedBatch, prepare_batch
+from rifflux.queue import jobs
+from rifflux.store.connection import open_index, retry_on_busy, write_transaction
+from rifflux.store.writer import (
+    apply_batch,
+    apply_metadata_updates,
+    delete_file_rows,
+    known_vector_hashes,
+)
+
+log = structlog.get_logger(__name__)
+
+# Bounded lists kept in a job's options for status display.
+MAX_SKIPPED_KEPT = 200
+
+SendBatch = Callable[[int, dict[str, Any]], None]
+
+
+def job_options(settings: Settings, *, force: bool, prune_missing: bool) -> dict[str, Any]:
+    """Everything a worker needs to reproduce the front process's indexing settings."""
+    return {
+        "force": force,
+        "prune_missing": prune_missing,
+        "include_globs": list(settings.include_globs),
+        "exclude_globs": list(settings.exclude_globs),
+        "max_file_bytes": settings.max_file_bytes,
+        "max_chunk_chars": settings.max_chunk_chars,
+        "min_chunk_chars": settings.min_chunk_chars,
+        "batch_target_bytes": settings.batch_target_bytes,
+        "base_dir": str(settings.base_dir) if settings.base_dir else None,
+    }
+
+
+def job_settings(settings: Settings, db_path: str, options: dict[str, Any]) -> Settings:
+    return settings.with_overrides(
+        db_path=Path(db_path),
+        include_globs=tuple(options["include_globs"]),
+        exclude_globs=tuple(options["exclude_globs"]),
+        max_file_bytes=options["max_file_bytes"],
+        max_chunk_chars=options["max_chunk_chars"],
+        min_chunk_chars=options["min_chunk_chars"],
+        batch_target_bytes=options["batch_target_bytes"],
+        base_dir=Path(options["base_dir"]) if options.get("base_dir") else None,
+    )
+
+
+@dataclass(slots=True)
+class PlanOutcome:
+    batches: int
+    ready_to_finalize: bool
+
+
+def _in_tx(conn: sqlite3.Connection, body: Callable[[], Any]) -> Any:
+    def run() -> Any:
+        with write_transaction(conn):
+            return body()
+
+    return retry_on_busy(run)
+
+
+def plan(settings: Settings, db_path: str, job_id: str, send_batch: SendBatch) -> PlanOutcome:
+    """Scan and diff the job's roots; send one embed batch per ~target bytes of text."""
+    conn = open_index(db_path)
+    try:
+        job = jobs.get_job(conn, job_id)
+        if job is None or job.finished:
+            return PlanOutcome(0, False)
+        if job.planned:
+            # A redelivered plan message: batches were already sent, keep their numbering.
+            return PlanOutcome(job.batches_total, False)
+        options = job.options
+        cfg = job_settings(settings, db_path, options)
+        _in_tx(conn, lambda: jobs.update_job(conn, job_id, state="running", started_at=time.time()))
+        label = embedder_label_for(cfg)
+        try:
+            check_embedding_model(conn, label, force=options["force"])
+            scan = scan_for(conn, cfg, [Path(r) for r in job.roots])
+        except RiffluxError as exc:
+            _fail_job(conn, job_id, str(exc))
+            return PlanOutcome(0, False)
+        _in_tx(conn, lambda: jobs.update_job(conn, job_id, files_total=len(scan.files)))
+
+        kept: set[str] = set()
+        skipped: list[dict[str, str]] = [
+            {"path": s.rel_path, "reason": s.reason} for s in scan.skipped
+        ]
+        metadata = []
+        unchanged = 0
+
+        def works() -> Any:
+            nonlocal unchanged
+            for decision in decide_all(conn, scan, cfg, force=options["force"]):
+                if decision.kind == "skip":
+                    skipped.append({"path": decision.rel_path, "reason": decision.reason})
+                    continue
+                kept.add(decision.rel_path)
+                if decision.kind == "unchanged":
+                    unchanged += 1
+                elif decision.kind == "metadata":
+                    metadata.append(decision)
+                elif decision.work is not None:
+                    yield decision.work
+
+        batch_no = 0
+        for batch in batch_by_bytes(works(), cfg.batch_target_bytes):
+            known = known_vector_hashes(conn, [w.rel_path for w in batch], label)
+            send_batch(batch_no, embed_payload(batch, known, cfg, label))
+            batch_no += 1
+        apply_metadata_updates(conn, metadata)
+        prune = (
+            paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
+            if options["prune_missing"]
+            else []
+        )
+
+        def settle() -> bool:
+            current = jobs.get_job(conn, job_id)
+            assert current is not None
+            opts = dict(current.options)
+            opts.update(planned=True, prune_paths=prune, skipped=skipped[:MAX_SKIPPED_KEPT])
+            jobs.update_job(conn, job_id, options=opts, batches_total=batch_no)
+            jobs.add_counts(conn, job_id, files_skipped=len(skipped) + unchanged + len(metadata))
+            return current.batches_done >= batch_no
+
+        ready = _in_tx(conn, settle)
+        log.info(
+            "job.planned",
+            job_id=job_id,
+            files=len(scan.files),
+            batches=batch_no,
+            unchanged=unchanged,
+            metadata_only=len(metadata),
+            skipped=len(skipped),
+            prune=len(prune),
+        )
+        return PlanOutcome(batch_no, ready)
+    finally:
+        conn.close()
+
+
+def embed_payload(
+    batch: Sequence[FileWork], known: set[str], cfg: Settings, label: str
+) -> dict[str, Any]:
+    return {
+        "files": [
+            {
+                "rel_path": w.rel_path,
+                "mtime_ns": w.mtime_ns,
+                "size_bytes": w.size_bytes,
+                "sha256": w.sha256,
+                "text": w.text,
+            }
+            for w in batch
+        ],
+        "known": sorted(known),
+        "model": label,
+        "max_chunk_chars": cfg.max_chunk_chars,
+        "min_chunk_chars": cfg.min_chunk_chars,
+    }
+
+
+def embed(payload: dict[str, Any], embedder: Embedder) -> dict[str, Any]:
+    """Chunk the batch's files and embed new texts; returns the write payload."""
+    if embedder.label != payload["model"]:
+        raise EmbeddingModelMismatch(
+            f"this worker embeds with {embedder.label!r} but the job expects "
+            f"{payload['model']!r}; start workers with the same RIFFLUX_EMBEDDING_BACKEND"
+        )
+    works = [
+        FileWork(f["rel_path"], f["mtime_ns"], f["size_bytes"], f["sha256"], f["text"])
+        for f in payload["files"]
+    ]
+    prepared = prepare_batch(
+        works,
+        embedder=embedder,
+        max_chars=payload["max_chunk_chars"],
+        min_chars=payload["min_chunk_chars"],
+        known_hashes=payload["known"],
+    )
+    return prepared.to_payload()
+
+
+def write(
+    db_path: str, job_id: str, batch_no: int, payload: dict[str, Any], retries: int = 0
+) -> bool:
+    """Apply one prepared batch; True when this was the job's last outstanding batch."""
+    batch = PreparedBatch.from_payload(payload)
+    conn = open_index(db_path)
+    try:
+        job = jobs.get_job(conn, job_id)
+        if job is None or job.state == "cancelled" or jobs.batch_recorded(conn, job_id, batch_no):
+            return False
+        outcome: dict[str, bool] = {}
+
+        def bookkeeping(tx: sqlite3.Connection) -> None:
+            # Inside the write transaction: a redelivered batch that raced us changes nothing.
+            if not jobs.mark_batch(tx, job_id, batch_no, "written"):
+                raise _AlreadyWritten
+            jobs.add_counts(
+                tx,
+                job_id,
+                files_done=len(batch.files),
+                chunks_embedded=len(batch.vectors),
+                batches_done=1,
+                retries=retries,
+            )
+            outcome["ready"] = _ready(tx, job_id)
+
+        def count_busy_retry(_attempt: int, _exc: BaseException) -> None:
+            nonlocal retries
+            retries += 1
+
+        try:
+            stats = apply_batch(conn, batch, also=bookkeeping, on_retry=count_busy_retry)
+        except _AlreadyWritten:
+            return False
+        if stats.stale_paths:
+            _in_tx(
+                conn,
+                lambda: jobs.add_errors(
+                    conn,
+                    job_id,
+                    [
+                        {"path": p, "error": "vectors missing; re-run to embed"}
+                        for p in stats.stale_paths
+                    ],
+                ),
+            )
+        log.info(
+            "job.batch_written",
+            job_id=job_id,
+            batch=batch_no,
+            files=stats.files_written,
+            chunks=stats.chunks_written,
+            vectors_new=stats.vectors_new,
+            vectors_reused=stats.vectors_reused,
+        )
+        return outcome.get("ready", False)
+    finally:
+        conn.close()
+
+
+class _AlreadyWritten(Exception):
+    """Raised inside a write transaction to roll back a duplicate batch."""
+
+
+def _ready(conn: sqlite3.Connection, job_id: str) -> bool:
+    job = jobs.get_job(conn, job_id)
+    return job is not None and job.planned and job.batches_done >= job.batches_total
+
+
+def fail_batch(db_path: str, job_id: str, batch_no: int, paths: Sequence[str], error: str) -> bool:
+    """Record a batch that exhausted its retries; True when the job can finalize."""
+    conn = open_index(db_path)
+    try:
+
+        def body() -> bool:
+            if not jobs.mark_batch(conn, job_id, batch_no, "failed"):
+                return False
+            jobs.add_counts(conn, job_id, files_failed=len(paths), batches_done=1)
+            jobs.add_errors(conn, job_id, [{"path": p, "error": error} for p in paths])
+            return _ready(conn, job_id)
+
+        ready = _in_tx(conn, body)
+        log.error("job.batch_failed", job_id=job_id, batch=batch_no, paths=list(paths), error=error)
+        return ready
+    finally:
+        conn.close()
+
+
+def finalize(db_path: str, job_id: str) -> jobs.JobRecord | None:
+    """Prune vanished files and settle the job: completed, or failed if a batch failed."""
+    conn = open_index(db_path)
+    try:
+        job = jobs.get_job(conn, job_id)
+        if job is None or job.finished:
+            return job
+        prune = list(job.options.get("prune_paths", []))
+
+        def settle() -> None:
+            current = jobs.get_job(conn, job_id)
+            if current is None or current.finished:
+                return
+            deleted = delete_file_rows(conn, prune)
+            state = "failed" if current.files_failed else "completed"
+            jobs.update_job(conn, job_id, state=state, finished_at=time.time())
+            jobs.add_counts(conn, job_id, files_deleted=deleted)
+
+        _in_tx(conn, settle)
+        record = jobs.get_job(conn, job_id)
+        if record is not None:
+            log.info(
+                "job.finished",
+                job_id=job_id,
+                state=record.state,
+                files_done=record.files_done,
+                files_failed=record.files_failed,
+                files_deleted=record.files_deleted,
+                chunks_embedded=record.chunks_embedded,
+                duration_s=round((record.finished_at or 0) - (record.started_at or 0), 3),
+            )
+        return record
+    finally:
+        conn.close()
+
+
+def _fail_job(conn: sqlite3.Connection, job_id: str, error: str) -> None:
+    def body() -> None:
+        jobs.add_errors(conn, job_id, [{"path": "", "error": error}])
+        jobs.update_job(conn, job_id, state="failed", finished_at=time.time())
+
+    _in_tx(conn, body)
+    log.error("job.failed", job_id=job_id, error=error)
+
+
+def fail_plan(db_path: str, job_id: str, error: str) -> None:
+    """Record a plan step that exhausted its retries: the job fails with the error."""
+    conn = open_index(db_path)
+    try:
+        job = jobs.get_job(conn, job_id)
+        if job is not None and not job.finished:
+            _fail_job(conn, job_id, error)
+    finally:
+        conn.close()
