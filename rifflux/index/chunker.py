@@ -36,7 +36,7 @@ HEADING_SEPARATOR = " > "
 
 # Chunking needs only block structure and line maps; the inline rules would roughly double the
 # parse time without changing either. "reference" is off so that link definitions stay ordinary
-# paragraphs instead of silently leaving the token stream.
+# paragraphs with a line map, rather than tokenless lines absorbed into the block before them.
 _MD = MarkdownIt("commonmark").enable("table").disable(["inline", "text_join", "reference"])
 
 _CODE_TOKENS = frozenset({"fence", "code_block"})
