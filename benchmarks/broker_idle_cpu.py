@@ -8,7 +8,7 @@ this process's CPU time (all threads) divided by the wall time:
 - ``consumer``: one consumer iterated the way Dramatiq's consumer thread does it
   (``next()`` with a 1 s timeout, again and again);
 - ``worker``: a whole ``dramatiq.Worker`` (8 worker threads, default middleware plus
-  the heartbeat) on the SQLite broker, consuming one queue and its delay queue;
+  ``HeartbeatMiddleware``) on the SQLite broker, consuming one queue and its delay queue;
 - ``stub-worker``: the same Worker on Dramatiq's in-memory StubBroker, the floor set by
   Dramatiq's own threads.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from rifflux.queue.sqlite_broker import MAX_POLL_SECONDS, SQLiteBroker
+from rifflux.queue.sqlite_broker import MAX_POLL_SECONDS, HeartbeatMiddleware, SQLiteBroker
 
 MODES = ("consumer", "worker", "stub-worker")
 QUEUE = "idle"
@@ -63,6 +63,15 @@ def idle_consumer(directory: Path):
     return run
 
 
+def sqlite_worker_broker(path: Path):
+    def build() -> SQLiteBroker:
+        broker = SQLiteBroker(path)
+        broker.add_middleware(HeartbeatMiddleware())
+        return broker
+
+    return build
+
+
 def idle_worker(broker_factory):
     def run(seconds: float) -> None:
         broker = broker_factory()
@@ -96,7 +105,7 @@ def main() -> None:
         directory = Path(tmp)
         runs = {
             "consumer": idle_consumer(directory),
-            "worker": idle_worker(lambda: SQLiteBroker(directory / "worker.db")),
+            "worker": idle_worker(sqlite_worker_broker(directory / "worker.db")),
             "stub-worker": idle_worker(StubBroker),
         }
         for mode in modes:

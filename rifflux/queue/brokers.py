@@ -2,10 +2,16 @@
 
 ``sqlite:///`` is followed by a file path, as in SQLAlchemy: ``sqlite:///queue.db`` is
 relative to the working directory, ``sqlite:////var/lib/rifflux/queue.db`` absolute.
+A query string sets :class:`SQLiteBroker` options, e.g.
+``sqlite:////var/lib/rifflux/queue.db?lease_seconds=30&max_deliveries=none``.
 Redis and RabbitMQ URLs go to Dramatiq's own brokers unchanged; they connect lazily.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
 
 import dramatiq
 
@@ -16,22 +22,39 @@ SQLITE_PREFIX = "sqlite:///"
 ACCEPTED_SCHEMES = "sqlite:///PATH, redis://HOST[:PORT][/DB] or amqp://USER:PASSWORD@HOST[:PORT]/"
 
 
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("expected a number > 0")
+    return value
+
+
+def _deliveries(raw: str) -> int | None:
+    if raw.strip().lower() == "none":
+        return None
+    value = int(raw)
+    if value < 1:
+        raise ValueError("expected an integer >= 1 or 'none'")
+    return value
+
+
+SQLITE_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "lease_seconds": _positive_float,
+    "max_poll_seconds": _positive_float,
+    "max_deliveries": _deliveries,
+}
+
+
 def make_broker(url: str) -> dramatiq.Broker:
     """The broker named by ``url``.
 
     Raises:
-      ConfigError: If the scheme is not sqlite, redis(s) or amqp(s), or the path is empty.
+      ConfigError: If the scheme is not sqlite, redis(s) or amqp(s), or a SQLite URL
+        has no path or an unknown or invalid option.
     """
     scheme = url.partition("://")[0].lower()
     if scheme == "sqlite":
-        has_prefix = url[: len(SQLITE_PREFIX)].lower() == SQLITE_PREFIX
-        path = url[len(SQLITE_PREFIX) :] if has_prefix else ""
-        if not path:
-            raise ConfigError(
-                f"broker URL {url!r} has no file path; write sqlite:///relative/path.db "
-                "or sqlite:////absolute/path.db"
-            )
-        return SQLiteBroker(path)
+        return _sqlite_broker(url)
     if scheme in {"redis", "rediss"}:
         from dramatiq.brokers.redis import RedisBroker
 
@@ -41,3 +64,26 @@ def make_broker(url: str) -> dramatiq.Broker:
 
         return RabbitmqBroker(url=url)
     raise ConfigError(f"broker URL {url!r} is not supported; use one of {ACCEPTED_SCHEMES}")
+
+
+def _sqlite_broker(url: str) -> SQLiteBroker:
+    has_prefix = url[: len(SQLITE_PREFIX)].lower() == SQLITE_PREFIX
+    path, _, query = url[len(SQLITE_PREFIX) :].partition("?") if has_prefix else ("", "", "")
+    if not path:
+        raise ConfigError(
+            f"broker URL {url!r} has no file path; write sqlite:///relative/path.db "
+            "or sqlite:////absolute/path.db"
+        )
+    options: dict[str, Any] = {}
+    for name, raw in parse_qsl(query, keep_blank_values=True):
+        parse = SQLITE_OPTIONS.get(name)
+        if parse is None:
+            raise ConfigError(
+                f"broker URL {url!r} has unknown option {name!r}; "
+                f"SQLite broker options are {', '.join(SQLITE_OPTIONS)}"
+            )
+        try:
+            options[name] = parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"broker URL {url!r}: {name}={raw!r} is invalid: {exc}") from None
+    return SQLiteBroker(path, **options)

@@ -37,7 +37,7 @@ from dramatiq.broker import Broker, Consumer, MessageProxy
 from dramatiq.common import current_millis, dq_name, q_name
 from dramatiq.errors import DecodeError, QueueJoinTimeout
 from dramatiq.message import Message
-from dramatiq.middleware import Middleware, default_middleware
+from dramatiq.middleware import Middleware
 from dramatiq.worker import Worker
 
 from rifflux.store.connection import connect, retry_on_busy, write_transaction
@@ -150,8 +150,9 @@ class SQLiteBroker(Broker):
 
     Parameters:
       path: The broker database; created, with its tables, if missing.
-      middleware: As for :class:`dramatiq.Broker`. The default is Dramatiq's default
-        middleware plus :class:`HeartbeatMiddleware`.
+      middleware: As for :class:`dramatiq.Broker` (default: Dramatiq's default middleware).
+        Add :class:`HeartbeatMiddleware` for ``live_workers``, unless another presence
+        middleware already records heartbeats in this file.
       lease_seconds: See :data:`DEFAULT_LEASE_SECONDS`.
       max_poll_seconds: See :data:`MAX_POLL_SECONDS`.
       max_deliveries: See :data:`DEFAULT_MAX_DELIVERIES`.
@@ -168,8 +169,6 @@ class SQLiteBroker(Broker):
     ) -> None:
         if lease_seconds <= 0 or max_poll_seconds <= 0:
             raise ValueError("lease_seconds and max_poll_seconds must be positive")
-        if middleware is None:
-            middleware = [m() for m in default_middleware] + [HeartbeatMiddleware()]
         super().__init__(middleware=middleware)
         self.queues: set[str] = set()
         self.path = Path(path)
@@ -514,6 +513,7 @@ class _SQLiteConsumer(Consumer):
         """Release the leased messages never handed out; the others keep their lease."""
         with self._lock:
             unused = [message.row_id for message in self._cache]
+            self._cache.clear()
         self._release(unused)
 
     # -- leasing -----------------------------------------------------------------------
@@ -649,10 +649,8 @@ class _SQLiteConsumer(Consumer):
         self.broker._notify(self.queue_name)
 
     def _forget(self, row_ids: Iterable[int]) -> None:
-        gone = set(row_ids)
         with self._lock:
-            self._held -= gone
-            self._cache = deque(proxy for proxy in self._cache if proxy.row_id not in gone)
+            self._held.difference_update(row_ids)
 
 
 class HeartbeatMiddleware(Middleware):

@@ -49,7 +49,30 @@ def test_default_broker_url_is_a_sqlite_file_next_to_the_index(tmp_path: Path) -
     broker.close()
 
 
-@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://queue.db", "SQLITE:///"])
+def test_sqlite_url_query_sets_broker_options(tmp_path: Path) -> None:
+    query = "lease_seconds=3&max_poll_seconds=0.5&max_deliveries=none"
+    broker = make_broker(f"sqlite:///{tmp_path / 'queue.db'}?{query}")
+
+    assert isinstance(broker, SQLiteBroker)
+    assert broker.path == tmp_path / "queue.db"
+    assert (broker.lease_seconds, broker.max_poll_seconds, broker.max_deliveries) == (3, 0.5, None)
+    broker.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("lease=3", "unknown option 'lease'; SQLite broker options are lease_seconds"),
+        ("lease_seconds=0", "lease_seconds='0' is invalid: expected a number > 0"),
+        ("max_deliveries=many", "max_deliveries='many' is invalid"),
+    ],
+)
+def test_sqlite_url_with_bad_option_is_rejected(tmp_path: Path, query: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_broker(f"sqlite:///{tmp_path / 'queue.db'}?{query}")
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://queue.db", "SQLITE:///", "sqlite:///?a=1"])
 def test_sqlite_url_without_path_is_rejected(url: str) -> None:
     with pytest.raises(ConfigError, match="no file path"):
         make_broker(url)

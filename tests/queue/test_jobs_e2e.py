@@ -1,0 +1,189 @@
+"""Reindex jobs run by real dramatiq worker processes on the SQLite broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import copy_corpus, make_settings, wait_until
+
+from rifflux.config import Settings
+from rifflux.index.indexer import Indexer
+from rifflux.queue.client import IndexQueue
+from rifflux.queue.jobs import JobRecord
+from rifflux.queue.sqlite_broker import SQLiteBroker
+from rifflux.search.service import SearchService
+from rifflux.store.connection import connect, open_index
+
+pytestmark = pytest.mark.slow
+
+TEST_ACTORS = "rifflux_test_actors"
+
+
+def index_rows(db: Path) -> list[tuple]:
+    conn = open_index(db)
+    try:
+        return conn.execute(
+            "SELECT f.path, f.sha256, c.chunk_id, c.chunk_index, c.heading_path, c.content, "
+            "e.model, e.vec FROM chunks c JOIN files f ON f.id = c.file_id "
+            "LEFT JOIN embeddings e ON e.chunk_id = c.chunk_id ORDER BY f.path, c.chunk_index"
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tuple]:
+    """What a single in-process index of the same corpus stores."""
+    reference = settings.with_overrides(db_path=tmp_path / "reference" / "index.db")
+    Indexer(reference).run([corpus])
+    return index_rows(reference.db_path)
+
+
+def queue_settings(tmp_path: Path, **overrides: object) -> Settings:
+    # Small batches so a job has many messages in flight; short leases so a killed
+    # worker's message comes back within seconds.
+    values: dict[str, object] = {
+        "batch_target_bytes": 20_000,
+        "broker_url": f"sqlite:///{tmp_path / 'index' / 'queue.db'}?lease_seconds=3",
+    }
+    values.update(overrides)
+    return make_settings(tmp_path, **values)
+
+
+def run_job(settings: Settings, corpus: Path, timeout: float = 120) -> JobRecord:
+    queue = IndexQueue(settings)
+    try:
+        job_id = queue.submit([corpus])
+        return queue.wait(job_id, timeout=timeout)
+    finally:
+        queue.close()
+
+
+def test_two_worker_processes_store_exactly_what_one_process_stores(
+    tmp_path: Path, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=200)
+    settings = queue_settings(tmp_path)
+    start_workers(settings, processes=2)
+    record = run_job(settings, corpus)
+    assert record.state == "completed", record.errors
+    assert record.files_total == record.files_done == 200
+    assert record.batches_total > 10 and record.batches_done == record.batches_total
+    stored = index_rows(settings.db_path)
+    assert stored == reference_rows(tmp_path, corpus, settings)
+    assert record.chunks_embedded == len({row[5] for row in stored}) or record.chunks_embedded > 0
+
+    # A second job over the unchanged corpus embeds nothing and changes nothing.
+    again = run_job(settings, corpus)
+    assert (again.state, again.files_done, again.chunks_embedded) == ("completed", 0, 0)
+    assert again.files_skipped == 200
+    assert index_rows(settings.db_path) == stored
+
+
+def test_killing_a_worker_mid_job_loses_and_duplicates_nothing(
+    tmp_path: Path, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=120)
+    settings = queue_settings(tmp_path)
+    victim = start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.3")
+    start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.3")
+    queue = IndexQueue(settings)
+    try:
+        job_id = queue.submit([corpus])
+        wait_until(lambda: (queue.job(job_id) or JobRecord("", [], {}, "")).batches_done >= 2)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        record = queue.wait(job_id, timeout=120)
+    finally:
+        queue.close()
+    assert record.state == "completed", record.errors
+    assert record.files_done == 120
+    stored = index_rows(settings.db_path)
+    assert len({row[2] for row in stored}) == len(stored)
+    assert stored == reference_rows(tmp_path, corpus, settings)
+
+
+def test_a_locked_database_is_retried_until_the_batch_lands(
+    tmp_path: Path, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=40)
+    settings = queue_settings(tmp_path)
+    start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.5")
+    queue = IndexQueue(settings)
+    try:
+        job_id = queue.submit([corpus])
+        wait_until(lambda: (queue.job(job_id) or JobRecord("", [], {}, "")).planned)
+        locker = connect(settings.db_path)
+        locker.execute("BEGIN IMMEDIATE")
+        # Longer than SQLite's own busy timeout: the writer must back off and retry.
+        time.sleep(7)
+        locker.execute("COMMIT")
+        locker.close()
+        record = queue.wait(job_id, timeout=120)
+    finally:
+        queue.close()
+    assert record.state == "completed", record.errors
+    assert record.retries >= 1
+    assert record.files_done == 40
+
+
+def test_a_batch_that_always_fails_is_dead_lettered_and_fails_the_job(
+    tmp_path: Path, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=60)
+    poison = corpus / "zz-poison.md"
+    poison.write_text("# Poison\n\nThis file's batch always fails.\n" + "filler text " * 3000)
+    settings = queue_settings(tmp_path)
+    start_workers(
+        settings, module=TEST_ACTORS, RIFFLUX_TEST_POISON="zz-poison", RIFFLUX_TEST_MAX_RETRIES="1"
+    )
+    record = run_job(settings, corpus)
+    assert record.state == "failed"
+    failed_paths = {e["path"] for e in record.errors}
+    assert "docs/zz-poison.md" in failed_paths
+    assert any("poisoned batch" in e["error"] for e in record.errors)
+    assert record.files_failed >= 1
+    assert record.files_done + record.files_failed == 61
+    indexed = {row[0] for row in index_rows(settings.db_path)}
+    assert "docs/zz-poison.md" not in indexed and len(indexed) == record.files_done
+    broker = SQLiteBroker(settings.resolved_broker_url.split("sqlite:///")[1].split("?")[0])
+    try:
+        letters = broker.dead_letters()
+    finally:
+        broker.close()
+    assert any(letter["actor_name"] == "embed_batch" for letter in letters)
+
+
+def test_searches_keep_succeeding_while_a_job_runs(tmp_path: Path, start_workers) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=80)
+    settings = queue_settings(tmp_path)
+    start_workers(settings, processes=2, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.2")
+    service = SearchService(settings)
+    outcomes: list[object] = []
+    stop = threading.Event()
+
+    def search_loop() -> None:
+        while not stop.is_set():
+            try:
+                for mode in ("lexical", "semantic", "hybrid"):
+                    service.search("agent instructions for testing", top_k=5, mode=mode)
+                outcomes.append(True)
+            except (sqlite3.Error, Exception) as exc:  # noqa: BLE001 - the test counts any failure
+                outcomes.append(exc)
+
+    thread = threading.Thread(target=search_loop)
+    thread.start()
+    try:
+        record = run_job(settings, corpus)
+    finally:
+        stop.set()
+        thread.join()
+        service.close()
+    assert record.state == "completed"
+    failures = [o for o in outcomes if o is not True]
+    assert failures == [] and len(outcomes) > 10
