@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from rifflux.index.chunker import chunk_document, chunk_id_for
 
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
+from rifflux.index.chunker import chunk_document, chunk_id_for
 
 
 @dataclass(frozen=True, slots=True)

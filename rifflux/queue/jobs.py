@@ -167,20 +167,38 @@ def add_errors(conn: sqlite3.Connection, job_id: str, errors: Sequence[dict[str,
     update_job(conn, job_id, errors=kept[:MAX_ERRORS_KEPT])
 
 
+def add_batches(conn: sqlite3.Connection, job_id: str, batches: Sequence[Sequence[str]]) -> None:
+    """Persist a job's plan: batch ``n`` holds the paths ``batches[n]`` (in a transaction)."""
+    conn.executemany(
+        "INSERT OR IGNORE INTO job_batches(job_id, batch_no, state, files) "
+        "VALUES (?, ?, 'pending', ?)",
+        [(job_id, n, json.dumps(list(paths))) for n, paths in enumerate(batches)],
+    )
+
+
+def pending_batches(conn: sqlite3.Connection, job_id: str) -> list[tuple[int, list[str]]]:
+    rows = conn.execute(
+        "SELECT batch_no, files FROM job_batches WHERE job_id = ? AND state = 'pending' "
+        "ORDER BY batch_no",
+        (job_id,),
+    ).fetchall()
+    return [(int(row["batch_no"]), json.loads(row["files"])) for row in rows]
+
+
 def mark_batch(conn: sqlite3.Connection, job_id: str, batch_no: int, state: str) -> bool:
-    """Record a batch outcome once; False if it was already recorded (a redelivery)."""
+    """Settle a pending batch once; False if it was already settled (a redelivery)."""
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO job_batches(job_id, batch_no, state) VALUES (?, ?, ?)",
-        (job_id, batch_no, state),
+        "UPDATE job_batches SET state = ? WHERE job_id = ? AND batch_no = ? AND state = 'pending'",
+        (state, job_id, batch_no),
     )
     return cursor.rowcount == 1
 
 
-def batch_recorded(conn: sqlite3.Connection, job_id: str, batch_no: int) -> bool:
+def batch_settled(conn: sqlite3.Connection, job_id: str, batch_no: int) -> bool:
     row = conn.execute(
-        "SELECT 1 FROM job_batches WHERE job_id = ? AND batch_no = ?", (job_id, batch_no)
+        "SELECT state FROM job_batches WHERE job_id = ? AND batch_no = ?", (job_id, batch_no)
     ).fetchone()
-    return row is not None
+    return row is None or row["state"] != "pending"
 
 
 def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:

@@ -12,6 +12,7 @@ with another environment still index exactly what the front process asked for.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -25,8 +26,14 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for
 from rifflux.errors import EmbeddingModelMismatch, RiffluxError
-from rifflux.index.changes import FileWork, batch_by_bytes, paths_to_prune
-from rifflux.index.indexer import check_embedding_model, decide_all, scan_for, stored_paths
+from rifflux.index.changes import FileWork, batch_by_bytes, decode_text, paths_to_prune
+from rifflux.index.indexer import (
+    check_embedding_model,
+    decide_all,
+    resolve_base_dir,
+    scan_for,
+    stored_paths,
+)
 from rifflux.index.prepare import PreparedBatch, prepare_batch
 from rifflux.queue import jobs
 from rifflux.store.connection import open_index, retry_on_busy, write_transaction
@@ -88,83 +95,121 @@ def _in_tx(conn: sqlite3.Connection, body: Callable[[], Any]) -> Any:
 
 
 def plan(settings: Settings, db_path: str, job_id: str, send_batch: SendBatch) -> PlanOutcome:
-    """Scan and diff the job's roots; send one embed batch per ~target bytes of text."""
+    """Plan the job once (persisted), then send every batch that is still pending.
+
+    A redelivered plan message (its worker died) finds the persisted plan and re-sends
+    only pending batches; the write step ignores a batch it already settled.
+    """
     conn = open_index(db_path)
     try:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
             return PlanOutcome(0, False)
-        if job.planned:
-            # A redelivered plan message: batches were already sent, keep their numbering.
-            return PlanOutcome(job.batches_total, False)
-        options = job.options
-        cfg = job_settings(settings, db_path, options)
-        _in_tx(conn, lambda: jobs.update_job(conn, job_id, state="running", started_at=time.time()))
+        cfg = job_settings(settings, db_path, job.options)
         label = embedder_label_for(cfg)
-        try:
-            check_embedding_model(conn, label, force=options["force"])
-            scan = scan_for(conn, cfg, [Path(r) for r in job.roots])
-        except RiffluxError as exc:
-            _fail_job(conn, job_id, str(exc))
+        if not job.planned and not _make_plan(conn, cfg, job, label):
             return PlanOutcome(0, False)
-        _in_tx(conn, lambda: jobs.update_job(conn, job_id, files_total=len(scan.files)))
-
-        kept: set[str] = set()
-        skipped: list[dict[str, str]] = [
-            {"path": s.rel_path, "reason": s.reason} for s in scan.skipped
-        ]
-        metadata = []
-        unchanged = 0
-
-        def works() -> Any:
-            nonlocal unchanged
-            for decision in decide_all(conn, scan, cfg, force=options["force"]):
-                if decision.kind == "skip":
-                    skipped.append({"path": decision.rel_path, "reason": decision.reason})
-                    continue
-                kept.add(decision.rel_path)
-                if decision.kind == "unchanged":
-                    unchanged += 1
-                elif decision.kind == "metadata":
-                    metadata.append(decision)
-                elif decision.work is not None:
-                    yield decision.work
-
-        batch_no = 0
-        for batch in batch_by_bytes(works(), cfg.batch_target_bytes):
-            known = known_vector_hashes(conn, [w.rel_path for w in batch], label)
-            send_batch(batch_no, embed_payload(batch, known, cfg, label))
-            batch_no += 1
-        apply_metadata_updates(conn, metadata)
-        prune = (
-            paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
-            if options["prune_missing"]
-            else []
-        )
-
-        def settle() -> bool:
-            current = jobs.get_job(conn, job_id)
-            assert current is not None
-            opts = dict(current.options)
-            opts.update(planned=True, prune_paths=prune, skipped=skipped[:MAX_SKIPPED_KEPT])
-            jobs.update_job(conn, job_id, options=opts, batches_total=batch_no)
-            jobs.add_counts(conn, job_id, files_skipped=len(skipped) + unchanged + len(metadata))
-            return current.batches_done >= batch_no
-
-        ready = _in_tx(conn, settle)
-        log.info(
-            "job.planned",
-            job_id=job_id,
-            files=len(scan.files),
-            batches=batch_no,
-            unchanged=unchanged,
-            metadata_only=len(metadata),
-            skipped=len(skipped),
-            prune=len(prune),
-        )
-        return PlanOutcome(batch_no, ready)
+        base_dir = resolve_base_dir(conn, cfg)
+        pending = jobs.pending_batches(conn, job_id)
+        for batch_no, paths in pending:
+            works, vanished = read_works(base_dir, paths, cfg.max_file_bytes)
+            known = known_vector_hashes(conn, paths, label)
+            payload = embed_payload(works, known, cfg, label)
+            payload["vanished"] = vanished
+            send_batch(batch_no, payload)
+        return PlanOutcome(len(pending), not pending)
     finally:
         conn.close()
+
+
+def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, label: str) -> bool:
+    """Scan, diff and persist the job's batches; False if the job failed instead."""
+    job_id, options = job.id, job.options
+    _in_tx(conn, lambda: jobs.update_job(conn, job_id, state="running", started_at=time.time()))
+    try:
+        check_embedding_model(conn, label, force=options["force"])
+        scan = scan_for(conn, cfg, [Path(r) for r in job.roots])
+    except RiffluxError as exc:
+        _fail_job(conn, job_id, str(exc))
+        return False
+    kept: set[str] = set()
+    skipped = [{"path": s.rel_path, "reason": s.reason} for s in scan.skipped]
+    metadata = []
+    changed: list[FileWork] = []
+    unchanged = 0
+    for decision in decide_all(conn, scan, cfg, force=options["force"]):
+        if decision.kind == "skip":
+            skipped.append({"path": decision.rel_path, "reason": decision.reason})
+            continue
+        kept.add(decision.rel_path)
+        if decision.kind == "unchanged":
+            unchanged += 1
+        elif decision.kind == "metadata":
+            metadata.append(decision)
+        elif decision.work is not None:
+            # Keep only what batching needs; the text is read again when sent.
+            work = decision.work
+            changed.append(FileWork(work.rel_path, work.mtime_ns, work.size_bytes, work.sha256, ""))
+    batches = [[w.rel_path for w in b] for b in batch_by_bytes(changed, cfg.batch_target_bytes)]
+    apply_metadata_updates(conn, metadata)
+    prune = (
+        paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
+        if options["prune_missing"]
+        else []
+    )
+
+    def persist() -> None:
+        current = jobs.get_job(conn, job_id)
+        if current is None or current.planned:
+            return  # another delivery of this plan message got here first
+        opts = dict(current.options)
+        opts.update(planned=True, prune_paths=prune, skipped=skipped[:MAX_SKIPPED_KEPT])
+        jobs.add_batches(conn, job_id, batches)
+        jobs.update_job(
+            conn,
+            job_id,
+            options=opts,
+            files_total=len(scan.files),
+            batches_total=len(batches),
+            files_skipped=len(skipped) + unchanged + len(metadata),
+        )
+
+    _in_tx(conn, persist)
+    log.info(
+        "job.planned",
+        job_id=job_id,
+        files=len(scan.files),
+        batches=len(batches),
+        changed=len(changed),
+        unchanged=unchanged,
+        metadata_only=len(metadata),
+        skipped=len(skipped),
+        prune=len(prune),
+    )
+    return True
+
+
+def read_works(
+    base_dir: Path, rel_paths: Sequence[str], max_file_bytes: int
+) -> tuple[list[FileWork], list[str]]:
+    """Read the planned files now; files that vanished or turned unindexable are listed."""
+    works: list[FileWork] = []
+    vanished: list[str] = []
+    for rel_path in rel_paths:
+        path = Path(rel_path) if rel_path.startswith("/") else base_dir / rel_path
+        try:
+            st = path.stat()
+            data = path.read_bytes()
+        except OSError:
+            vanished.append(rel_path)
+            continue
+        text = decode_text(data) if len(data) <= max_file_bytes else None
+        if text is None:
+            vanished.append(rel_path)
+            continue
+        sha256 = hashlib.sha256(data).hexdigest()
+        works.append(FileWork(rel_path, st.st_mtime_ns, len(data), sha256, text))
+    return works, vanished
 
 
 def embed_payload(
@@ -206,7 +251,7 @@ def embed(payload: dict[str, Any], embedder: Embedder) -> dict[str, Any]:
         min_chars=payload["min_chunk_chars"],
         known_hashes=payload["known"],
     )
-    return prepared.to_payload()
+    return {**prepared.to_payload(), "vanished": payload.get("vanished", [])}
 
 
 def write(
@@ -217,8 +262,9 @@ def write(
     conn = open_index(db_path)
     try:
         job = jobs.get_job(conn, job_id)
-        if job is None or job.state == "cancelled" or jobs.batch_recorded(conn, job_id, batch_no):
+        if job is None or job.state == "cancelled" or jobs.batch_settled(conn, job_id, batch_no):
             return False
+        vanished: list[str] = list(payload.get("vanished", []))
         outcome: dict[str, bool] = {}
 
         def bookkeeping(tx: sqlite3.Connection) -> None:
@@ -229,9 +275,13 @@ def write(
                 tx,
                 job_id,
                 files_done=len(batch.files),
+                files_skipped=len(vanished),
                 chunks_embedded=len(batch.vectors),
                 batches_done=1,
                 retries=retries,
+            )
+            jobs.add_errors(
+                tx, job_id, [{"path": p, "error": "vanished before indexing"} for p in vanished]
             )
             outcome["ready"] = _ready(tx, job_id)
 
@@ -274,8 +324,9 @@ class _AlreadyWritten(Exception):
 
 
 def _ready(conn: sqlite3.Connection, job_id: str) -> bool:
+    """True when the plan is persisted and no batch is pending any more."""
     job = jobs.get_job(conn, job_id)
-    return job is not None and job.planned and job.batches_done >= job.batches_total
+    return job is not None and job.planned and not jobs.pending_batches(conn, job_id)
 
 
 def fail_batch(db_path: str, job_id: str, batch_no: int, paths: Sequence[str], error: str) -> bool:

@@ -94,11 +94,14 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_created_at ON jobs(created_at);
 
--- One row per batch whose write committed: makes a redelivered write a no-op.
+-- The persisted plan of a job: one row per batch with its files. A batch moves from
+-- 'pending' to 'written' or 'failed' exactly once, so redelivered messages are no-ops
+-- and a redelivered plan re-sends only what is still pending.
 CREATE TABLE IF NOT EXISTS job_batches (
     job_id   TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
     batch_no INTEGER NOT NULL,
     state    TEXT NOT NULL,
+    files    TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (job_id, batch_no)
 );
 """

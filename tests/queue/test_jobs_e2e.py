@@ -108,9 +108,7 @@ def test_killing_a_worker_mid_job_loses_and_duplicates_nothing(
     assert stored == reference_rows(tmp_path, corpus, settings)
 
 
-def test_a_locked_database_is_retried_until_the_batch_lands(
-    tmp_path: Path, start_workers
-) -> None:
+def test_a_locked_database_is_retried_until_the_batch_lands(tmp_path: Path, start_workers) -> None:
     corpus = copy_corpus(tmp_path / "docs", limit=40)
     settings = queue_settings(tmp_path)
     start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.5")
@@ -173,7 +171,7 @@ def test_searches_keep_succeeding_while_a_job_runs(tmp_path: Path, start_workers
                 for mode in ("lexical", "semantic", "hybrid"):
                     service.search("agent instructions for testing", top_k=5, mode=mode)
                 outcomes.append(True)
-            except (sqlite3.Error, Exception) as exc:  # noqa: BLE001 - the test counts any failure
+            except (sqlite3.Error, Exception) as exc:
                 outcomes.append(exc)
 
     thread = threading.Thread(target=search_loop)

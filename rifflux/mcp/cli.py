@@ -1,0 +1,57 @@
+"""``rifflux serve`` (and ``python -m rifflux.mcp``): parse arguments, run the server."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rifflux.config import Settings
+from rifflux.logs import configure_logging
+
+TRANSPORTS = ("stdio", "http")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="stdio",
+        help="stdio for an MCP host that starts the server; http for streamable HTTP",
+    )
+    parser.add_argument(
+        "--host", help="HTTP address to bind (default: $RIFFLUX_HTTP_HOST or 127.0.0.1)"
+    )
+    parser.add_argument("--port", type=int, help="HTTP port (default: $RIFFLUX_HTTP_PORT or 8765)")
+    parser.add_argument("--db", type=Path, help="index database (default: $RIFFLUX_DB_PATH)")
+    parser.add_argument(
+        "--reindex-on-start",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="submit a background reindex of these paths at startup (does not wait)",
+    )
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``serve`` on the ``rifflux`` command's subparsers."""
+    serve = subparsers.add_parser("serve", help="run the MCP server (stdio or HTTP)")
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=cmd_serve)
+    return serve
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from rifflux.mcp.server import run_server
+
+    settings = Settings.from_env().with_overrides(db_path=args.db)
+    configure_logging(settings.log_level, style="json")
+    run_server(
+        settings,
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
+        reindex_on_start=args.reindex_on_start,
+    )
+    return 0

@@ -1,0 +1,368 @@
+"""The MCP server: the tools of ``tools.py`` over stdio or streamable HTTP.
+
+Every failure reaches the client as a tool error (``is_error``) with one line of text,
+and the server keeps serving: arguments that do not fit the input schema name the
+field; a :class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message;
+anything else is ``internal error: <type>: <message>`` and its traceback goes to the
+log (stderr; a stdio server's stdout carries protocol messages only).
+
+Over HTTP the SDK's DNS-rebinding protection accepts only local ``Host``/``Origin``
+headers, and ``RIFFLUX_HTTP_TOKEN``, when set, is required as a bearer token on every
+request.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import structlog
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BeforeValidator, Field, ValidationError
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rifflux import __version__
+from rifflux.config import Settings
+from rifflux.errors import RiffluxError
+from rifflux.mcp import tools
+from rifflux.mcp.tools import MAX_TOP_K, ToolContext, resolve_roots
+
+log = structlog.get_logger(__name__)
+
+SERVER_NAME = "rifflux"
+MCP_PATH = "/mcp"
+"""Where the streamable HTTP endpoint is mounted."""
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""Hosts the DNS-rebinding protection accepts (any port)."""
+MAX_INPUT_REPR = 80
+"""How much of a rejected argument value a validation error message quotes."""
+
+INSTRUCTIONS = (
+    "Rifflux searches a local index of markdown and text files. Use search_rifflux to "
+    "find chunks, get_chunk/get_file to read them in full, index_status to see what is "
+    "indexed, and reindex after files change."
+)
+
+Transport = Literal["stdio", "http"]
+T = TypeVar("T")
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_REINDEX = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+
+async def _in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run a blocking tool function in a worker thread so the server keeps serving.
+
+    A cancelled call (the client cancelled it or went away) returns at once; its thread
+    finishes on its own, and a reindex wait stops when the ToolContext closes.
+    """
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), abandon_on_cancel=True
+    )
+
+
+def _reject_bool(value: object) -> object:
+    # pydantic's lax int accepts true/false as 1/0; a boolean top_k is a caller's mistake.
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return value
+
+
+def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
+    @server.tool(annotations=_READ_ONLY)
+    async def search_rifflux(
+        query: Annotated[
+            str,
+            Field(
+                description="What to look for: words, a phrase or a question. Searched as "
+                "plain text (quotes, *, AND, NEAR( and the like have no special meaning); "
+                "a blank query returns no results."
+            ),
+        ],
+        top_k: Annotated[
+            int,
+            Field(description="How many results to return.", ge=1, le=MAX_TOP_K),
+            BeforeValidator(_reject_bool),
+        ] = 10,
+        mode: Annotated[
+            Literal["lexical", "semantic", "hybrid"],
+            Field(
+                description="lexical: BM25 keyword match; semantic: embedding cosine "
+                "similarity; hybrid: both fused with reciprocal rank fusion."
+            ),
+        ] = "hybrid",
+        db_path: Annotated[
+            str | None,
+            Field(
+                description="Another Rifflux index database to search instead of the "
+                "server's own (relative paths resolve against the server's directory)."
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Search the indexed markdown and text files.
+
+        Returns {query, mode, count, embedding_model, results}; each result has chunk_id,
+        path, heading_path, chunk_index, content and a score_breakdown for the mode.
+        """
+        return await _in_thread(tools.search_rifflux, ctx, query, top_k, mode, db_path)
+
+    @server.tool(annotations=_REINDEX)
+    async def reindex(
+        path: Annotated[
+            str | None,
+            Field(description="A file or directory to index; ignored when paths is given."),
+        ] = None,
+        paths: Annotated[
+            list[str] | None,
+            Field(
+                description="Files or directories to index in one job. Default: path, or "
+                "else the server's working directory."
+            ),
+        ] = None,
+        force: Annotated[
+            bool, Field(description="Re-chunk and re-embed files even if unchanged.")
+        ] = False,
+        prune_missing: Annotated[
+            bool,
+            Field(description="Drop files under these paths that no longer exist."),
+        ] = True,
+        background: Annotated[
+            bool,
+            Field(
+                description="Return {job_id, status} at once instead of waiting for the "
+                "job; follow it with index_status."
+            ),
+        ] = False,
+    ) -> dict[str, Any]:
+        """Index (or refresh) files and directories; unchanged files are skipped.
+
+        Waits for the job and returns {indexed_files, skipped_files, deleted_files,
+        indexed_paths, embedding_model, embedding_backend, job_id}, or with
+        background=true returns {job_id, status} at once.
+        """
+        return await _in_thread(tools.reindex, ctx, path, paths, force, prune_missing, background)
+
+    @server.tool(annotations=_READ_ONLY)
+    async def index_status() -> dict[str, Any]:
+        """Index counts, embedding model, live workers, queue depths, recent jobs and
+        the file watcher's state."""
+        return await _in_thread(tools.index_status, ctx)
+
+    @server.tool(annotations=_READ_ONLY)
+    async def get_chunk(
+        chunk_id: Annotated[str, Field(description="A chunk_id from search results.")],
+    ) -> dict[str, Any]:
+        """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content}}."""
+        return await _in_thread(tools.get_chunk, ctx, chunk_id)
+
+    @server.tool(annotations=_READ_ONLY)
+    async def get_file(
+        path: Annotated[
+            str,
+            Field(description="An indexed file's path, exactly as search results show it."),
+        ],
+    ) -> dict[str, Any]:
+        """All chunks of an indexed file: {file: {path, sha256, chunks}}. Only indexed
+        files are served; nothing is read from the filesystem."""
+        return await _in_thread(tools.get_file, ctx, path)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_INPUT_REPR else text[: MAX_INPUT_REPR - 1] + "…"
+
+
+def validation_message(tool: str, exc: ValidationError) -> str:
+    """One line naming each rejected argument, what was wrong and what was given."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "arguments"
+        part = f"{field}: {error['msg']}"
+        if error["type"] != "missing":
+            part += f" (got {_short_repr(error['input'])})"
+        parts.append(part)
+    return _one_line(f"invalid arguments for {tool}: {'; '.join(parts)}")
+
+
+def tool_error_message(tool: str, exc: ToolError) -> str:
+    """The one line a client sees for a failed call; logs the traceback of a crash."""
+    cause = exc.__cause__
+    if isinstance(exc, UnexpectedToolError) and cause is not None:
+        if isinstance(cause, RiffluxError | ValueError) and not isinstance(cause, ValidationError):
+            message = _one_line(str(cause))
+            log.info("mcp.tool_error", tool=tool, error=message)
+            return message
+        log.error("mcp.tool_crashed", tool=tool, exc_info=cause)
+        return _one_line(f"internal error: {type(cause).__name__}: {cause}")
+    if isinstance(cause, ValidationError):
+        message = validation_message(tool, cause)
+    else:
+        message = _one_line(str(exc))
+    log.info("mcp.tool_error", tool=tool, error=message)
+    return message
+
+
+class RiffluxServer(MCPServer):
+    """An MCPServer with the Rifflux tools, whose errors are one-line tool errors."""
+
+    def __init__(self, context: ToolContext) -> None:
+        super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+        self.context = context
+        _register_tools(self, context)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        context: Context[Any, Any] | None = None,
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            text = tool_error_message(name, exc)
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def build_server(settings: Settings, *, context: ToolContext | None = None) -> RiffluxServer:
+    """The server over ``settings``' index; the caller closes ``server.context``."""
+    return RiffluxServer(context or ToolContext.from_settings(settings))
+
+
+# -- HTTP ------------------------------------------------------------------------------
+
+
+def transport_security(host: str) -> TransportSecuritySettings:
+    """DNS-rebinding protection: local Host/Origin headers, plus ``host`` if specific."""
+    hosts = list(LOCAL_HOSTS)
+    bound = f"[{host}]" if ":" in host else host
+    if bound not in hosts and host not in ("0.0.0.0", "::", ""):
+        hosts.append(bound)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:*" for h in hosts],
+        allowed_origins=[f"http://{h}:*" for h in hosts],
+    )
+
+
+class BearerTokenMiddleware:
+    """Answers 401 to every HTTP request without ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"authorization":
+                return hmac.compare_digest(value, self._expected)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._authorized(scope):
+            response = PlainTextResponse(
+                "missing or invalid bearer token (set Authorization: Bearer <RIFFLUX_HTTP_TOKEN>)",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="rifflux"'},
+            )
+            await response(scope, receive, send)
+            return
+        if scope["type"] == "websocket" and not self._authorized(scope):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, settings: Settings, host: str) -> ASGIApp:
+    """The streamable HTTP app at ``/mcp``, behind the bearer check when a token is set."""
+    app: ASGIApp = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, transport_security=transport_security(host), host=host
+    )
+    if settings.http_token:
+        app = BearerTokenMiddleware(app, settings.http_token)
+    return app
+
+
+async def serve_http(server: MCPServer, settings: Settings, host: str, port: int) -> None:
+    config = uvicorn.Config(
+        http_app(server, settings, host),
+        host=host,
+        port=port,
+        log_config=None,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+    )
+    log.info(
+        "mcp.http_serving",
+        url=f"http://{host}:{port}{MCP_PATH}",
+        bearer_token=bool(settings.http_token),
+    )
+    await uvicorn.Server(config).serve()
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
+    """Submit one reindex job for ``paths`` (starting workers if none is alive); no wait."""
+    roots = resolve_roots(ctx, None, [str(p) for p in paths])
+    job_id = ctx.start_reindex(roots)
+    log.info("mcp.reindex_on_start", job_id=job_id, roots=[str(r) for r in roots])
+    return job_id
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # SystemExit unwinds through run_server's finally, which stops a local worker pool.
+    sys.exit(128 + signum)
+
+
+def run_server(
+    settings: Settings,
+    *,
+    transport: Transport = "stdio",
+    host: str | None = None,
+    port: int | None = None,
+    reindex_on_start: Sequence[str | Path] = (),
+) -> None:
+    """Serve until the client disconnects (stdio) or the process is stopped (HTTP)."""
+    context = ToolContext.from_settings(settings)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main_thread else None
+    try:
+        server = build_server(settings, context=context)
+        if reindex_on_start:
+            start_background_reindex(context, reindex_on_start)
+        log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
+        if transport == "stdio":
+            anyio.run(server.run_stdio_async)
+        else:
+            anyio.run(
+                serve_http,
+                server,
+                settings,
+                host or settings.http_host,
+                port or settings.http_port,
+            )
+    finally:
+        context.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

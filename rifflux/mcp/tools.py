@@ -1,0 +1,204 @@
+"""The five MCP tools as plain functions: validate the arguments, call the core, shape.
+
+Each function takes a :class:`ToolContext` and returns the JSON object the tool
+answers with. Bad input raises :class:`~rifflux.errors.RiffluxError` or ``ValueError``
+with a one-line message; ``server.py`` registers these functions with the protocol and
+turns those errors into tool errors. Every function may block (SQLite, embedding,
+waiting for a job), so the server runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rifflux.config import Settings
+from rifflux.errors import InvalidQueryError, NotFoundError, RiffluxError, RootNotFoundError
+from rifflux.queue.client import IndexQueue
+from rifflux.queue.jobs import JobRecord
+from rifflux.search.service import SearchService, validate_mode, validate_top_k
+
+log = structlog.get_logger(__name__)
+
+MAX_TOP_K = 100
+"""The largest ``top_k`` a search may ask for (the input schema's maximum)."""
+REINDEX_WAIT_SECONDS = 3600.0
+"""How long a ``reindex`` call with ``background=false`` waits before it gives up (the
+job itself keeps running and shows in ``index_status``)."""
+MAX_ERRORS_IN_MESSAGE = 5
+"""How many of a failed job's file errors a tool error message lists."""
+
+
+@dataclass
+class ToolContext:
+    """What the tools work on: settings, the index's SearchService and its IndexQueue."""
+
+    settings: Settings
+    search: SearchService
+    queue: IndexQueue
+    # Relative paths in tool arguments resolve against this directory.
+    cwd: Path
+    # Set by close(): a thread still waiting for a job gives up instead of keeping the
+    # process alive (the server abandons such threads when their call is cancelled).
+    closing: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _other_services: dict[Path, SearchService] = field(default_factory=dict, init=False, repr=False)
+    _services_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # ensure_workers + submit and the queue's broker connection are not thread-safe.
+    _queue_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
+        cwd = Path(cwd or os.getcwd()).resolve()
+        settings = settings.with_overrides(db_path=resolve_against(cwd, settings.db_path))
+        return cls(
+            settings=settings,
+            search=SearchService(settings),
+            queue=IndexQueue(settings),
+            cwd=cwd,
+        )
+
+    def service_for(self, db_path: str | None) -> SearchService:
+        """The server's own SearchService, or a cached one for another index database."""
+        if db_path is None or not db_path.strip():
+            return self.search
+        path = resolve_against(self.cwd, db_path)
+        if path == self.settings.db_path:
+            return self.search
+        if not path.is_file():
+            raise NotFoundError(f"index database not found: {path}")
+        with self._services_lock:
+            service = self._other_services.get(path)
+            if service is None:
+                service = SearchService(self.settings.with_overrides(db_path=path))
+                self._other_services[path] = service
+            return service
+
+    def start_reindex(
+        self, roots: Sequence[Path], *, force: bool = False, prune_missing: bool = True
+    ) -> str:
+        """Start workers unless some are alive, then submit one job for ``roots``."""
+        with self._queue_lock:
+            self.queue.ensure_workers()
+            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+
+    def queue_status(self) -> dict[str, Any]:
+        with self._queue_lock:
+            return self.queue.status()
+
+    def close(self) -> None:
+        """Close every SearchService and the queue (which stops a local worker pool)."""
+        self.closing.set()
+        self.search.close()
+        with self._services_lock:
+            for service in self._other_services.values():
+                service.close()
+            self._other_services.clear()
+        with self._queue_lock:
+            self.queue.close()
+
+
+def resolve_against(cwd: Path, path: str | Path) -> Path:
+    """``path`` made absolute against ``cwd`` (``~`` expanded, links resolved, as job roots are)."""
+    return (cwd / Path(path).expanduser()).resolve()
+
+
+def search_rifflux(
+    ctx: ToolContext,
+    query: str,
+    top_k: int = 10,
+    mode: str = "hybrid",
+    db_path: str | None = None,
+) -> dict[str, Any]:
+    """``{query, mode, count, embedding_model, results}``; a blank query finds nothing."""
+    mode = validate_mode(mode)
+    top_k = validate_top_k(top_k)
+    if top_k > MAX_TOP_K:
+        raise InvalidQueryError(f"top_k must be an integer between 1 and {MAX_TOP_K} (got {top_k})")
+    if not isinstance(query, str):
+        raise InvalidQueryError("query must be a string")
+    return ctx.service_for(db_path).search_response(query, top_k=top_k, mode=mode)
+
+
+def resolve_roots(ctx: ToolContext, path: str | None, paths: Sequence[str] | None) -> list[Path]:
+    """``paths`` if any, else ``path``, else the server's working directory; all must exist."""
+    given = [p for p in paths or () if p.strip()]
+    if not given and path is not None and path.strip():
+        given = [path]
+    if not given:
+        return [ctx.cwd]
+    roots = [resolve_against(ctx.cwd, p) for p in given]
+    missing = [str(root) for root in roots if not root.exists()]
+    if missing:
+        raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
+    return roots
+
+
+def job_failure(job: JobRecord) -> str:
+    """A one-line account of why a job did not complete."""
+    problems = [f"{e.get('path', '?')}: {e.get('error', '?')}" for e in job.errors]
+    listed = "; ".join(problems[:MAX_ERRORS_IN_MESSAGE])
+    if len(problems) > MAX_ERRORS_IN_MESSAGE:
+        listed += f"; and {len(problems) - MAX_ERRORS_IN_MESSAGE} more"
+    return f"reindex job {job.id} {job.state}" + (f": {listed}" if listed else "")
+
+
+def reindex(
+    ctx: ToolContext,
+    path: str | None = None,
+    paths: Sequence[str] | None = None,
+    force: bool = False,
+    prune_missing: bool = True,
+    background: bool = False,
+) -> dict[str, Any]:
+    """Submit one job for the roots; wait for it unless ``background``."""
+    roots = resolve_roots(ctx, path, paths)
+    job_id = ctx.start_reindex(roots, force=force, prune_missing=prune_missing)
+    if background:
+        submitted = ctx.queue.job(job_id)
+        return {"job_id": job_id, "status": submitted.state if submitted else "queued"}
+
+    def stop_if_closing(_progress: JobRecord) -> None:
+        if ctx.closing.is_set():
+            raise RiffluxError(f"the server is shutting down; job {job_id} keeps its state")
+
+    job = ctx.queue.wait(job_id, timeout=REINDEX_WAIT_SECONDS, on_progress=stop_if_closing)
+    if job.state != "completed":
+        raise RiffluxError(job_failure(job))
+    return {
+        "indexed_files": job.files_done,
+        "skipped_files": job.files_skipped,
+        "deleted_files": job.files_deleted,
+        "indexed_paths": [str(root) for root in roots],
+        "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
+        "embedding_backend": ctx.settings.embedding_backend,
+        "job_id": job_id,
+    }
+
+
+def index_status(ctx: ToolContext) -> dict[str, Any]:
+    """Index counts, workers, queue depths, recent jobs and the file watcher's state."""
+    status = dict(ctx.search.counts())
+    queue = ctx.queue_status()
+    workers = queue["live_workers"]
+    status.update(
+        live_workers={"count": len(workers), "workers": workers},
+        queue_depths=queue["queue_depths"],
+        recent_jobs=queue["recent_jobs"],
+        watcher={"running": False},
+    )
+    return status
+
+
+def get_chunk(ctx: ToolContext, chunk_id: str) -> dict[str, Any]:
+    return {"chunk": ctx.search.get_chunk(chunk_id)}
+
+
+def get_file(ctx: ToolContext, path: str) -> dict[str, Any]:
+    """An indexed file by its stored path; never reads the filesystem."""
+    return {"file": ctx.search.get_file(path)}

@@ -1,0 +1,128 @@
+"""Helpers and fixtures for the MCP tests: a small real index in a tmp directory.
+
+The index is built in-process with :class:`~rifflux.index.indexer.Indexer` (hash
+embeddings), so only the reindex tests need queue workers. Test modules import the
+fixtures they use from here: a ``conftest.py`` in this directory would shadow
+``tests/conftest.py`` for modules that ``from conftest import ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rifflux.config import Settings
+from rifflux.index.indexer import Indexer
+from rifflux.mcp.tools import ToolContext
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+DOCS = {
+    "docs/install.md": """# Installing Rifflux
+
+Rifflux runs on Python 3.11 and needs no server. Install it with pip into a virtual
+environment, then point it at a directory of markdown files to build the index.
+
+## Linux
+
+On Linux the SQLite that ships with Python has FTS5 enabled, so nothing else is needed.
+Create the index with `rifflux index docs/` and search it with `rifflux search`.
+
+## Windows
+
+On Windows use the python.org installer. Paths in the index always use forward slashes,
+so an index built on Windows answers the same queries as one built on Linux.
+""",
+    "docs/search.md": """# Searching
+
+Hybrid search fuses BM25 keyword ranking with embedding similarity using reciprocal
+rank fusion. Lexical mode is best for exact identifiers such as error codes, semantic
+mode for paraphrases and questions asked in other words.
+
+## Query syntax
+
+Queries are plain text: quotes, asterisks, AND, OR, NEAR and colons are searched as
+ordinary words, never as FTS5 operators, so a stray quote never breaks a search.
+""",
+    "notes/gardening.txt": """Tomatoes want full sun and deep watering twice a week.
+Basil grows well next to tomatoes and keeps some pests away. Harvest basil leaves from
+the top so the plant branches out instead of flowering early in the summer heat.
+""",
+}
+
+
+@dataclass(frozen=True)
+class IndexedTree:
+    """A directory with a few documents, indexed into ``db_path`` (paths relative to root)."""
+
+    root: Path
+    db_path: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment a server subprocess over this index runs with."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
+        env.update(
+            RIFFLUX_DB_PATH=str(self.db_path),
+            RIFFLUX_EMBEDDING_BACKEND="hash",
+            RIFFLUX_BASE_DIR=str(self.root),
+            RIFFLUX_WORKERS="1",
+            RIFFLUX_LOG_LEVEL="INFO",
+            PYTHONPATH=str(REPO_ROOT),
+        )
+        env.update(extra)
+        return env
+
+    def settings(self) -> Settings:
+        return Settings.from_env(self.env())
+
+
+def write_docs(root: Path, docs: dict[str, str] = DOCS) -> None:
+    for rel, text in docs.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def build_tree(root: Path) -> IndexedTree:
+    write_docs(root)
+    tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
+    Indexer(tree.settings()).run([root])
+    return tree
+
+
+def server_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rifflux.mcp", *args]
+
+
+# Fixtures are registered under their ``name``; a test module imports the ``*_fixture``
+# functions it needs, so its parameters do not shadow the imported names.
+
+
+@pytest.fixture(name="tree")
+def tree_fixture(tmp_path: Path) -> IndexedTree:
+    """A fresh indexed tree per test (for tests that change the index)."""
+    return build_tree(tmp_path / "work")
+
+
+@pytest.fixture(name="shared_tree", scope="module")
+def shared_tree_fixture(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+    """One indexed tree per module, for tests that only read it."""
+    return build_tree(tmp_path_factory.mktemp("mcp") / "work")
+
+
+@pytest.fixture(name="tool_context")
+def tool_context_fixture(tree: IndexedTree) -> Iterator[ToolContext]:
+    ctx = ToolContext.from_settings(tree.settings(), cwd=tree.root)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture(name="anyio_backend", scope="module")
+def anyio_backend_fixture() -> str:
+    """Module scope, so module-scoped async fixtures (one server per module) work."""
+    return "asyncio"

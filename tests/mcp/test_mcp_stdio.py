@@ -1,0 +1,266 @@
+"""The tool contracts through a real MCP client session with a spawned stdio server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp_support import (  # noqa: F401  (fixtures)
+    IndexedTree,
+    anyio_backend_fixture,
+    server_command,
+    shared_tree_fixture,
+)
+from mcp_types import CallToolResult
+
+from rifflux.store.connection import open_index
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = {"search_rifflux", "reindex", "index_status", "get_chunk", "get_file"}
+RESULT_KEYS = {"chunk_id", "path", "heading_path", "chunk_index", "content", "score_breakdown"}
+BREAKDOWN_KEYS = {
+    "lexical": {"bm25"},
+    "semantic": {"cosine"},
+    "hybrid": {"rrf", "lexical_rank", "semantic_rank"},
+}
+
+
+@pytest.fixture(scope="module")
+def server_stderr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IO[str]]:
+    with (tmp_path_factory.mktemp("stderr") / "server.err").open("w+") as log:
+        yield log
+
+
+def read_stderr(log: IO[str]) -> str:
+    log.flush()
+    return Path(log.name).read_text()
+
+
+@pytest.fixture(scope="module")
+async def session(shared_tree: IndexedTree, server_stderr: IO[str]) -> AsyncIterator[ClientSession]:
+    command, *args = server_command()
+    params = StdioServerParameters(
+        command=command, args=args, env=shared_tree.env(), cwd=shared_tree.root
+    )
+    async with (
+        stdio_client(params, errlog=server_stderr) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> CallToolResult:
+    return await session.call_tool(tool, arguments)
+
+
+async def ok(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await call(session, tool, **arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+async def error(session: ClientSession, tool: str, **arguments: Any) -> str:
+    result = await call(session, tool, **arguments)
+    assert result.is_error
+    text = result.content[0].text
+    assert "\n" not in text
+    assert "Traceback" not in text
+    return text
+
+
+async def test_lists_exactly_the_five_tools_with_a_strict_search_schema(
+    session: ClientSession,
+) -> None:
+    listed = (await session.list_tools()).tools
+    assert {tool.name for tool in listed} == TOOLS
+    assert all(tool.description for tool in listed)
+    schema = next(t for t in listed if t.name == "search_rifflux").input_schema
+    props = schema["properties"]
+    assert schema["required"] == ["query"]
+    assert props["top_k"]["type"] == "integer"
+    assert (props["top_k"]["minimum"], props["top_k"]["maximum"]) == (1, 100)
+    assert props["top_k"]["default"] == 10
+    assert props["mode"]["enum"] == ["lexical", "semantic", "hybrid"]
+    assert props["mode"]["default"] == "hybrid"
+    assert all(field.get("description") for field in props.values())
+    reindex = next(t for t in listed if t.name == "reindex").input_schema["properties"]
+    assert set(reindex) == {"path", "paths", "force", "prune_missing", "background"}
+    assert all(field.get("description") for field in reindex.values())
+
+
+@pytest.mark.parametrize("mode", ["lexical", "semantic", "hybrid"])
+async def test_search_answers_the_contract_object(session: ClientSession, mode: str) -> None:
+    response = await ok(session, "search_rifflux", query="basil tomatoes", top_k=2, mode=mode)
+    assert set(response) == {"query", "mode", "count", "embedding_model", "results"}
+    assert (response["query"], response["mode"]) == ("basil tomatoes", mode)
+    assert response["embedding_model"] == "hash:384"
+    assert 0 < response["count"] == len(response["results"]) <= 2
+    for result in response["results"]:
+        assert set(result) == RESULT_KEYS
+        assert set(result["score_breakdown"]) == BREAKDOWN_KEYS[mode]
+
+
+async def test_search_defaults_to_hybrid_top_10(session: ClientSession) -> None:
+    response = await ok(session, "search_rifflux", query="index")
+    assert response["mode"] == "hybrid"
+    assert response["count"] <= 10
+
+
+@pytest.mark.parametrize("query", ["", "   "])
+async def test_blank_query_is_zero_results_not_an_error(session: ClientSession, query: str) -> None:
+    response = await ok(session, "search_rifflux", query=query)
+    assert response["count"] == 0
+    assert response["results"] == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"', 'say "hello', "tomato*", "basil AND", "NEAR(basil sun", "path:docs", "-sun", "(a OR b"],
+)
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+async def test_fts_syntax_is_searched_as_plain_text(
+    session: ClientSession, query: str, mode: str
+) -> None:
+    response = await ok(session, "search_rifflux", query=query, mode=mode)
+    assert response["count"] == len(response["results"])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"mode": "fuzzy"}, "mode: Input should be 'lexical', 'semantic' or 'hybrid'"),
+        ({"top_k": 0}, "top_k: Input should be greater than or equal to 1 (got 0)"),
+        ({"top_k": -5}, "top_k: Input should be greater than or equal to 1 (got -5)"),
+        ({"top_k": 101}, "top_k: Input should be less than or equal to 100 (got 101)"),
+        ({"top_k": 2.5}, "top_k: Input should be a valid integer"),
+        ({"top_k": "ten"}, "top_k: Input should be a valid integer"),
+        ({"top_k": True}, "top_k: Value error, must be an integer, not a boolean"),
+    ],
+)
+async def test_bad_search_arguments_are_one_line_tool_errors(
+    session: ClientSession, arguments: dict[str, Any], expected: str
+) -> None:
+    message = await error(session, "search_rifflux", query="basil", **arguments)
+    assert message.startswith("invalid arguments for search_rifflux: ")
+    assert expected in message
+
+
+async def test_missing_query_names_the_field(session: ClientSession) -> None:
+    assert await error(session, "search_rifflux") == (
+        "invalid arguments for search_rifflux: query: Field required"
+    )
+
+
+async def test_server_keeps_serving_after_errors(session: ClientSession) -> None:
+    await error(session, "search_rifflux", query="basil", top_k=0)
+    await error(session, "get_chunk", chunk_id="nope")
+    assert (await ok(session, "search_rifflux", query="basil"))["count"] > 0
+
+
+async def test_get_chunk_returns_a_search_hit_in_full(session: ClientSession) -> None:
+    hit = (await ok(session, "search_rifflux", query="Windows forward slashes", top_k=1))[
+        "results"
+    ][0]
+    chunk = (await ok(session, "get_chunk", chunk_id=hit["chunk_id"]))["chunk"]
+    assert chunk == {k: v for k, v in hit.items() if k != "score_breakdown"}
+
+
+async def test_unknown_chunk_id_is_a_tool_error(session: ClientSession) -> None:
+    assert await error(session, "get_chunk", chunk_id="feed") == (
+        "no chunk with id 'feed' in the index"
+    )
+
+
+async def test_get_file_returns_an_indexed_files_chunks(session: ClientSession) -> None:
+    served = (await ok(session, "get_file", path="docs/search.md"))["file"]
+    assert set(served) == {"path", "sha256", "chunks"}
+    assert served["path"] == "docs/search.md"
+    assert {c["path"] for c in served["chunks"]} == {"docs/search.md"}
+    assert [c["chunk_index"] for c in served["chunks"]] == list(range(len(served["chunks"])))
+
+
+@pytest.mark.parametrize(
+    "path", ["../etc/passwd", "/etc/passwd", "docs/nothing.md", "../work/docs/install.md"]
+)
+async def test_get_file_of_a_non_indexed_path_is_not_indexed(
+    session: ClientSession, path: str
+) -> None:
+    message = await error(session, "get_file", path=path)
+    assert message == (
+        f"{path!r} is not an indexed file; pass a path exactly as search results show it"
+    )
+
+
+async def test_reindex_of_a_missing_path_names_it(
+    session: ClientSession, shared_tree: IndexedTree
+) -> None:
+    message = await error(session, "reindex", path="no/such/dir")
+    assert message == f"path to index does not exist: {shared_tree.root / 'no/such/dir'}"
+
+
+async def test_db_of_another_schema_version_is_a_tool_error(
+    session: ClientSession, tmp_path: Path
+) -> None:
+    db = tmp_path / "foreign.db"
+    conn = open_index(db)
+    conn.execute("UPDATE index_metadata SET value='999' WHERE key='schema_version'")
+    conn.close()
+    message = await error(session, "search_rifflux", query="basil", db_path=str(db))
+    assert "has schema version 999" in message
+    assert "rifflux index --rebuild" in message
+
+
+async def test_missing_db_path_is_a_tool_error(session: ClientSession) -> None:
+    message = await error(session, "search_rifflux", query="basil", db_path="absent.db")
+    assert message.startswith("index database not found: ")
+
+
+async def test_unexpected_failure_is_an_internal_error_logged_to_stderr(
+    session: ClientSession, server_stderr: IO[str]
+) -> None:
+    # A text file is no SQLite database: sqlite3 raises, which nothing anticipates.
+    message = await error(session, "search_rifflux", query="basil", db_path="docs/install.md")
+    assert message == "internal error: DatabaseError: file is not a database"
+    crash = next(
+        json.loads(line)
+        for line in read_stderr(server_stderr).splitlines()
+        if '"mcp.tool_crashed"' in line
+    )
+    assert crash["level"] == "error"
+    assert crash["tool"] == "search_rifflux"
+    assert "Traceback" in crash["exception"]
+
+
+async def test_index_status_reports_the_index(
+    session: ClientSession, shared_tree: IndexedTree
+) -> None:
+    status = await ok(session, "index_status")
+    assert (status["files"], status["generation"]) == (3, 1)
+    assert status["chunks"] == status["embeddings"] > 0
+    assert status["db_path"] == str(shared_tree.db_path)
+    assert (status["embedding_backend"], status["embedding_model"]) == ("hash", "hash:384")
+    assert status["live_workers"]["count"] == len(status["live_workers"]["workers"])
+    assert isinstance(status["queue_depths"], dict)
+    assert isinstance(status["recent_jobs"], list)
+    assert status["watcher"] == {"running": False}
+
+
+async def test_logs_go_to_stderr_as_json_and_stdout_carries_only_protocol(
+    session: ClientSession, server_stderr: IO[str]
+) -> None:
+    # Every call above parsed as JSON-RPC, so stdout held nothing else; the logs went
+    # to stderr, one JSON object a line.
+    assert (await ok(session, "search_rifflux", query="sun"))["count"] > 0
+    events = [
+        json.loads(line) for line in read_stderr(server_stderr).splitlines() if line.startswith("{")
+    ]
+    assert {"mcp.server_starting", "mcp.tool_error"} <= {e["event"] for e in events}

@@ -1,0 +1,312 @@
+"""The tool functions and error mapping without the protocol: validate, call, shape."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp_support import (  # noqa: F401  (fixtures)
+    IndexedTree,
+    shared_tree_fixture,
+    tool_context_fixture,
+    tree_fixture,
+)
+from pydantic import BaseModel, Field, ValidationError
+from structlog.testing import capture_logs
+
+from rifflux.errors import (
+    InvalidQueryError,
+    NotFoundError,
+    RiffluxError,
+    RootNotFoundError,
+    SchemaVersionError,
+)
+from rifflux.mcp import tools
+from rifflux.mcp.server import tool_error_message, transport_security, validation_message
+from rifflux.mcp.tools import ToolContext
+from rifflux.queue.jobs import JobRecord
+from rifflux.store.connection import open_index
+
+RESULT_KEYS = {"chunk_id", "path", "heading_path", "chunk_index", "content", "score_breakdown"}
+BREAKDOWN_KEYS = {
+    "lexical": {"bm25"},
+    "semantic": {"cosine"},
+    "hybrid": {"rrf", "lexical_rank", "semantic_rank"},
+}
+
+
+def make_foreign_schema_db(path: Path) -> Path:
+    conn = open_index(path)
+    conn.execute("UPDATE index_metadata SET value='999' WHERE key='schema_version'")
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("mode", ["lexical", "semantic", "hybrid"])
+def test_search_returns_the_contract_object_in_every_mode(
+    tool_context: ToolContext, mode: str
+) -> None:
+    response = tools.search_rifflux(tool_context, "basil tomatoes", top_k=3, mode=mode)
+    assert set(response) == {"query", "mode", "count", "embedding_model", "results"}
+    assert response["mode"] == mode
+    assert response["embedding_model"] == "hash:384"
+    assert 0 < response["count"] == len(response["results"]) <= 3
+    for result in response["results"]:
+        assert set(result) == RESULT_KEYS
+        assert set(result["score_breakdown"]) == BREAKDOWN_KEYS[mode]
+
+
+def test_blank_query_finds_nothing_instead_of_failing(tool_context: ToolContext) -> None:
+    for query in ("", "   ", "\n\t"):
+        response = tools.search_rifflux(tool_context, query)
+        assert response["count"] == 0
+        assert response["results"] == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"', '"unbalanced quote', "tomato*", "basil AND", "NEAR(basil", "path:docs", "-sun", "(a OR"],
+)
+def test_fts_syntax_is_searched_as_plain_text(tool_context: ToolContext, query: str) -> None:
+    response = tools.search_rifflux(tool_context, query, mode="lexical")
+    assert response["count"] == len(response["results"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "fuzzy"}, "mode must be one of lexical, semantic, hybrid"),
+        ({"top_k": 0}, "top_k must be an integer >= 1"),
+        ({"top_k": -3}, "top_k must be an integer >= 1"),
+        ({"top_k": 101}, "top_k must be an integer between 1 and 100"),
+        ({"top_k": 2.5}, "top_k must be an integer"),
+        ({"top_k": True}, "top_k must be an integer"),
+    ],
+)
+def test_out_of_range_arguments_are_rejected_with_what_to_do(
+    tool_context: ToolContext, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidQueryError, match=message):
+        tools.search_rifflux(tool_context, "basil", **kwargs)
+
+
+def test_db_path_searches_another_index_and_reuses_its_service(
+    tool_context: ToolContext, shared_tree: IndexedTree
+) -> None:
+    other = str(shared_tree.db_path)
+    response = tools.search_rifflux(tool_context, "fusion", mode="lexical", db_path=other)
+    assert response["count"] > 0
+    assert tool_context.service_for(other) is tool_context.service_for(other)
+    assert tool_context.service_for(other) is not tool_context.search
+
+
+def test_db_path_of_the_servers_own_index_is_the_main_service(tool_context: ToolContext) -> None:
+    assert tool_context.service_for(".rifflux/index.db") is tool_context.search
+    assert tool_context.service_for(None) is tool_context.search
+
+
+def test_missing_db_path_is_not_found_and_not_created(tool_context: ToolContext) -> None:
+    with pytest.raises(NotFoundError, match="index database not found"):
+        tools.search_rifflux(tool_context, "basil", db_path="nowhere/index.db")
+    assert not (tool_context.cwd / "nowhere").exists()
+
+
+def test_db_of_another_schema_version_is_a_clear_error(
+    tool_context: ToolContext, tmp_path: Path
+) -> None:
+    db = make_foreign_schema_db(tmp_path / "old.db")
+    with pytest.raises(SchemaVersionError, match="schema version 999"):
+        tools.search_rifflux(tool_context, "basil", db_path=str(db))
+
+
+def test_get_chunk_returns_a_search_hit_in_full(tool_context: ToolContext) -> None:
+    hit = tools.search_rifflux(tool_context, "basil", top_k=1)["results"][0]
+    chunk = tools.get_chunk(tool_context, hit["chunk_id"])["chunk"]
+    assert chunk == {k: v for k, v in hit.items() if k != "score_breakdown"}
+
+
+def test_get_file_serves_indexed_files_only(tool_context: ToolContext) -> None:
+    served = tools.get_file(tool_context, "docs/install.md")["file"]
+    assert served["path"] == "docs/install.md"
+    assert len(served["sha256"]) == 64
+    assert [c["chunk_index"] for c in served["chunks"]] == list(range(len(served["chunks"])))
+    for path in ("../etc/passwd", "/etc/passwd", "docs/../docs/install.md", "docs"):
+        with pytest.raises(NotFoundError, match="is not an indexed file"):
+            tools.get_file(tool_context, path)
+
+
+def test_unknown_chunk_id_is_not_found(tool_context: ToolContext) -> None:
+    with pytest.raises(NotFoundError, match="no chunk with id"):
+        tools.get_chunk(tool_context, "0" * 64)
+
+
+def test_reindex_roots_paths_win_then_path_then_cwd(tool_context: ToolContext) -> None:
+    root = tool_context.cwd
+    assert tools.resolve_roots(tool_context, None, None) == [root]
+    assert tools.resolve_roots(tool_context, "docs", None) == [root / "docs"]
+    assert tools.resolve_roots(tool_context, "docs", ["notes", str(root / "docs")]) == [
+        root / "notes",
+        root / "docs",
+    ]
+    assert tools.resolve_roots(tool_context, "docs", []) == [root / "docs"]
+
+
+def test_reindex_of_a_missing_path_names_it(tool_context: ToolContext) -> None:
+    with pytest.raises(RootNotFoundError, match="does-not-exist"):
+        tools.reindex(tool_context, paths=["docs", "does-not-exist"])
+
+
+class FakeQueue:
+    """Stands in for IndexQueue: records submissions, finishes jobs in a given state."""
+
+    def __init__(self, state: str, errors: list[dict[str, str]] | None = None) -> None:
+        self.state = state
+        self.errors = errors or []
+        self.submitted: list[tuple[list[Path], bool, bool]] = []
+        self.workers_ensured = 0
+
+    def ensure_workers(self) -> None:
+        self.workers_ensured += 1
+
+    def submit(self, roots: list[Path], *, force: bool, prune_missing: bool) -> str:
+        self.submitted.append((list(roots), force, prune_missing))
+        return "job-1"
+
+    def _record(self, state: str) -> JobRecord:
+        return JobRecord(
+            id="job-1",
+            roots=[],
+            options={},
+            state=state,
+            files_done=2,
+            files_skipped=5,
+            files_deleted=1,
+            errors=self.errors,
+        )
+
+    def job(self, job_id: str) -> JobRecord:
+        return self._record("queued")
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        on_progress: Callable[[JobRecord], None] | None = None,
+    ) -> JobRecord:
+        running = self._record("running")
+        if on_progress is not None:
+            on_progress(running)
+        return self._record(self.state)
+
+    def close(self) -> None:
+        pass
+
+
+def test_reindex_waits_and_maps_the_job_counters(tool_context: ToolContext) -> None:
+    tool_context.queue = FakeQueue("completed")  # type: ignore[assignment]
+    result = tools.reindex(tool_context, path="docs", force=True, prune_missing=False)
+    assert result == {
+        "indexed_files": 2,
+        "skipped_files": 5,
+        "deleted_files": 1,
+        "indexed_paths": [str(tool_context.cwd / "docs")],
+        "embedding_model": "hash:384",
+        "embedding_backend": "hash",
+        "job_id": "job-1",
+    }
+    assert tool_context.queue.submitted == [([tool_context.cwd / "docs"], True, False)]  # type: ignore[attr-defined]
+    assert tool_context.queue.workers_ensured == 1  # type: ignore[attr-defined]
+
+
+def test_reindex_in_background_returns_job_id_and_state(tool_context: ToolContext) -> None:
+    tool_context.queue = FakeQueue("completed")  # type: ignore[assignment]
+    assert tools.reindex(tool_context, background=True) == {"job_id": "job-1", "status": "queued"}
+
+
+def test_failed_job_is_an_error_listing_its_file_errors(tool_context: ToolContext) -> None:
+    errors = [{"path": f"docs/{i}.md", "error": "boom"} for i in range(7)]
+    tool_context.queue = FakeQueue("failed", errors)  # type: ignore[assignment]
+    with pytest.raises(RiffluxError) as caught:
+        tools.reindex(tool_context)
+    message = str(caught.value)
+    assert message.startswith("reindex job job-1 failed: docs/0.md: boom; docs/1.md: boom")
+    assert message.endswith("; and 2 more")
+    assert "\n" not in message
+
+
+def test_closing_the_context_stops_a_reindex_wait(tool_context: ToolContext) -> None:
+    tool_context.queue = FakeQueue("completed")  # type: ignore[assignment]
+    tool_context.close()
+    with pytest.raises(RiffluxError, match="the server is shutting down; job job-1"):
+        tools.reindex(tool_context)
+
+
+def test_index_status_reports_counts_workers_queue_jobs_and_watcher(
+    tool_context: ToolContext,
+) -> None:
+    status = tools.index_status(tool_context)
+    assert status["files"] == 3
+    assert status["chunks"] == status["embeddings"] > 0
+    assert status["generation"] >= 1
+    assert status["db_path"] == str(tool_context.settings.db_path)
+    assert Path(status["db_path"]).is_absolute()
+    assert status["embedding_backend"] == "hash"
+    assert status["embedding_model"] == "hash:384"
+    assert status["live_workers"] == {"count": 0, "workers": []}
+    assert isinstance(status["queue_depths"], dict)
+    assert status["recent_jobs"] == []
+    assert status["watcher"] == {"running": False}
+
+
+class Args(BaseModel):
+    top_k: int = Field(ge=1)
+    mode: str
+
+
+def test_validation_message_is_one_line_naming_fields_and_values() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Args.model_validate({"top_k": 0})
+    message = validation_message("search_rifflux", caught.value)
+    assert message == (
+        "invalid arguments for search_rifflux: top_k: Input should be greater than or "
+        "equal to 1 (got 0); mode: Field required"
+    )
+
+
+def raised_as(cls: type[ToolError], cause: BaseException) -> ToolError:
+    try:
+        try:
+            raise cause
+        except BaseException as exc:
+            raise cls("Error executing tool t") from exc
+    except ToolError as wrapped:
+        return wrapped
+
+
+def test_rifflux_and_value_errors_keep_their_message() -> None:
+    assert tool_error_message("t", raised_as(UnexpectedToolError, NotFoundError("gone"))) == "gone"
+    assert tool_error_message("t", raised_as(UnexpectedToolError, ValueError("a\nb"))) == "a b"
+
+
+def test_unexpected_errors_are_internal_errors_logged_with_traceback() -> None:
+    cause = sqlite3.DatabaseError("file is not a database")
+    with capture_logs() as logs:
+        message = tool_error_message("t", raised_as(UnexpectedToolError, cause))
+    assert message == "internal error: DatabaseError: file is not a database"
+    assert logs[0]["event"] == "mcp.tool_crashed"
+    assert logs[0]["log_level"] == "error"
+    assert logs[0]["exc_info"] is cause
+
+
+def test_dns_rebinding_protection_allows_local_hosts_and_the_bound_host() -> None:
+    local = transport_security("127.0.0.1")
+    assert local.enable_dns_rebinding_protection
+    assert local.allowed_hosts == ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    assert "http://localhost:*" in local.allowed_origins
+    assert "10.0.0.5:*" in transport_security("10.0.0.5").allowed_hosts
+    assert transport_security("0.0.0.0").allowed_hosts == local.allowed_hosts

@@ -1,0 +1,141 @@
+"""The job steps as plain functions, driven in-process in the order workers run them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import copy_corpus, make_settings
+
+from rifflux.embed.hashing import HashEmbedder
+from rifflux.queue import jobs, tasks
+from rifflux.store.connection import open_index
+
+
+def submit(settings, roots: list[Path], **options: Any) -> str:
+    conn = open_index(settings.db_path)
+    try:
+        opts = tasks.job_options(
+            settings,
+            force=options.get("force", False),
+            prune_missing=options.get("prune_missing", True),
+        )
+        return jobs.create_job(conn, [str(r) for r in roots], opts)
+    finally:
+        conn.close()
+
+
+def record(settings, job_id: str) -> jobs.JobRecord:
+    conn = open_index(settings.db_path)
+    try:
+        found = jobs.get_job(conn, job_id)
+        assert found is not None
+        return found
+    finally:
+        conn.close()
+
+
+def run_inline(settings, roots: list[Path]) -> jobs.JobRecord | None:
+    """Every step of one job, in order, in this process."""
+    job_id = submit(settings, roots)
+    db = str(settings.db_path)
+    sent: list[tuple[int, dict]] = []
+    tasks.plan(settings, db, job_id, lambda n, p: sent.append((n, p)))
+    for n, p in sent:
+        tasks.write(db, job_id, n, tasks.embed(p, HashEmbedder()))
+    return tasks.finalize(db, job_id)
+
+
+def test_a_redelivered_plan_resends_only_pending_batches(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    sent: list[tuple[int, dict]] = []
+    first = tasks.plan(settings, db, job_id, lambda n, p: sent.append((n, p)))
+    assert first.batches == len(sent) > 3 and not first.ready_to_finalize
+
+    embedder = HashEmbedder()
+    for batch_no, payload in sent[:2]:
+        tasks.write(db, job_id, batch_no, tasks.embed(payload, embedder))
+    resent: list[tuple[int, dict]] = []
+    tasks.plan(settings, db, job_id, lambda n, p: resent.append((n, p)))
+    assert [n for n, _ in resent] == [n for n, _ in sent[2:]]
+    assert [p["files"] for _, p in resent] == [p["files"] for _, p in sent[2:]]
+
+    ready = [
+        tasks.write(db, job_id, batch_no, tasks.embed(payload, embedder))
+        for batch_no, payload in resent
+    ]
+    assert ready[-1] and not any(ready[:-1])
+    # A duplicate write of a settled batch changes nothing and does not re-finalize.
+    assert not tasks.write(db, job_id, 0, tasks.embed(sent[0][1], embedder))
+    done = tasks.finalize(db, job_id)
+    assert done is not None and done.state == "completed"
+    assert done.files_done == 30 and done.batches_done == done.batches_total
+
+
+def test_a_failed_batch_fails_the_job_but_others_land(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=20)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    sent: list[tuple[int, dict]] = []
+    tasks.plan(settings, db, job_id, lambda n, p: sent.append((n, p)))
+    embedder = HashEmbedder()
+    bad_no, bad_payload = sent[0]
+    bad_paths = [f["rel_path"] for f in bad_payload["files"]]
+    assert not tasks.fail_batch(db, job_id, bad_no, bad_paths, "RuntimeError: boom")
+    assert not tasks.fail_batch(db, job_id, bad_no, bad_paths, "RuntimeError: boom")
+    for batch_no, payload in sent[1:]:
+        tasks.write(db, job_id, batch_no, tasks.embed(payload, embedder))
+    done = tasks.finalize(db, job_id)
+    assert done is not None and done.state == "failed"
+    assert done.files_failed == len(bad_paths)
+    assert {e["path"] for e in done.errors} == set(bad_paths)
+    assert done.files_done + done.files_failed == 20
+
+
+def test_a_missing_root_fails_the_job_with_its_name(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    job_id = submit(settings, [tmp_path / "gone"])
+    outcome = tasks.plan(settings, str(settings.db_path), job_id, lambda n, p: None)
+    assert outcome.batches == 0
+    failed = record(settings, job_id)
+    assert failed.state == "failed" and "gone" in failed.errors[0]["error"]
+
+
+def test_files_vanishing_between_plan_and_send_are_counted(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=5)
+    settings = make_settings(tmp_path)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    conn = open_index(db)
+    try:
+        # Plan without sending, then delete a planned file before the send.
+        job = jobs.get_job(conn, job_id)
+        assert job is not None
+        assert tasks._make_plan(conn, settings, job, "hash:384")
+    finally:
+        conn.close()
+    victim = sorted(corpus.rglob("*.md"))[0]
+    victim.unlink()
+    sent: list[tuple[int, dict]] = []
+    tasks.plan(settings, db, job_id, lambda n, p: sent.append((n, p)))
+    ready = [tasks.write(db, job_id, n, tasks.embed(p, HashEmbedder())) for n, p in sent]
+    assert ready[-1]
+    done = tasks.finalize(db, job_id)
+    assert done is not None and done.state == "completed"
+    assert done.files_done == 4 and any("vanished" in e["error"] for e in done.errors)
+
+
+def test_prune_happens_at_finalize(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=5)
+    settings = make_settings(tmp_path)
+    first = run_inline(settings, [corpus])
+    assert first is not None and (first.state, first.files_deleted) == ("completed", 0)
+    sorted(corpus.rglob("*.md"))[0].unlink()
+    done = run_inline(settings, [corpus])
+    assert done is not None and (done.state, done.files_deleted) == ("completed", 1)
+    conn = open_index(settings.db_path)
+    assert conn.execute("SELECT COUNT(*) FROM files").fetchone()[0] == 4
