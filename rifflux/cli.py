@@ -17,6 +17,7 @@ from typing import Any
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.logs import configure_logging
+from rifflux.mcp.cli import add_serve_parser
 from rifflux.search.service import MODES, SearchService
 
 EXIT_USAGE = 2
@@ -28,7 +29,9 @@ def _common_db(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rifflux", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rifflux", description="Local-first hybrid search over markdown and text files."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     index = sub.add_parser("index", help="index files and directories")
@@ -76,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common_db(status)
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
+
+    add_serve_parser(sub)
     return parser
 
 

@@ -322,10 +322,21 @@ async def serve_http(server: MCPServer, settings: Settings, host: str, port: int
 # -- running ---------------------------------------------------------------------------
 
 
+# At startup, workers launched beside the server (Procfile) get this long to show up
+# before the server starts a local pool of its own.
+STARTUP_WORKER_GRACE_SECONDS = 15.0
+
+
 def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
-    """Submit one reindex job for ``paths`` (starting workers if none is alive); no wait."""
+    """Submit one reindex job for ``paths`` now; start workers later only if none appears."""
     roots = resolve_roots(ctx, None, [str(p) for p in paths])
-    job_id = ctx.start_reindex(roots)
+    job_id = ctx.queue.submit(roots)
+    threading.Thread(
+        target=ctx.queue.ensure_workers,
+        kwargs={"grace_seconds": STARTUP_WORKER_GRACE_SECONDS},
+        name="rifflux-startup-workers",
+        daemon=True,
+    ).start()
     log.info("mcp.reindex_on_start", job_id=job_id, roots=[str(r) for r in roots])
     return job_id
 

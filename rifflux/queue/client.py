@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,8 +34,8 @@ log = structlog.get_logger(__name__)
 
 # How often waiting front processes re-read a job's row.
 JOB_POLL_SECONDS = 0.25
-# How long a local pool gets to boot and record its first heartbeat.
-POOL_BOOT_SECONDS = 60.0
+# How often ensure_workers looks for heartbeats while giving booting workers a grace.
+WORKER_POLL_SECONDS = 0.5
 # How long a local pool gets to finish in-flight messages after SIGTERM.
 POOL_STOP_SECONDS = 30.0
 
@@ -101,20 +102,25 @@ class IndexQueue:
         self._broker: dramatiq.Broker | None = None
         self._presence: PresenceStore | None = None
         self.pool: LocalPool | None = None
+        # Guards the lazily built broker and the local pool: MCP tools call from threads.
+        self._lock = threading.RLock()
 
     @property
     def broker(self) -> dramatiq.Broker:
-        if self._broker is None:
-            self._broker = make_broker(self.settings.resolved_broker_url)
-            for queue in names.ALL_QUEUES:
-                self._broker.declare_queue(queue)
-        return self._broker
+        with self._lock:
+            if self._broker is None:
+                broker = make_broker(self.settings.resolved_broker_url)
+                for queue in names.ALL_QUEUES:
+                    broker.declare_queue(queue)
+                self._broker = broker
+            return self._broker
 
     @property
     def presence(self) -> PresenceStore:
-        if self._presence is None:
-            self._presence = presence_store_for(self.broker, self.settings)
-        return self._presence
+        with self._lock:
+            if self._presence is None:
+                self._presence = presence_store_for(self.broker, self.settings)
+            return self._presence
 
     def submit(
         self, paths: Sequence[Path | str], *, force: bool = False, prune_missing: bool = True
@@ -130,15 +136,17 @@ class IndexQueue:
             job_id = jobs.create_job(conn, [str(r.resolve()) for r in roots], options)
         finally:
             conn.close()
-        self.broker.enqueue(
-            Message(
-                queue_name=names.PLAN_QUEUE,
-                actor_name=names.PLAN_ACTOR,
-                args=(str(self.db_path), job_id),
-                kwargs={},
-                options={"on_retry_exhausted": names.PLAN_FAILED_ACTOR},
+        with self._lock:
+            broker = self.broker
+            broker.enqueue(
+                Message(
+                    queue_name=names.PLAN_QUEUE,
+                    actor_name=names.PLAN_ACTOR,
+                    args=(str(self.db_path), job_id),
+                    kwargs={},
+                    options={"on_retry_exhausted": names.PLAN_FAILED_ACTOR},
+                )
             )
-        )
         log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
         return job_id
 
@@ -183,37 +191,51 @@ class IndexQueue:
         """Live workers that consume the plan and write queues (the index host's)."""
         return [w for w in self.live_workers() if set(names.INDEX_HOST_QUEUES) <= set(w["queues"])]
 
-    def ensure_workers(self, processes: int | None = None) -> LocalPool | None:
-        """Start a local worker pool unless index-host workers are alive."""
-        if self.index_host_workers():
+    def ensure_workers(
+        self, processes: int | None = None, *, grace_seconds: float = 0.0
+    ) -> LocalPool | None:
+        """Start a local worker pool unless index-host workers are alive.
+
+        ``grace_seconds`` first waits for workers that are booting at the same time
+        (e.g. the Procfile's worker process), so no second pool is started beside them.
+        """
+        deadline = time.monotonic() + grace_seconds
+        while not self.index_host_workers():
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(WORKER_POLL_SECONDS)
+        else:
             return None
-        if self.pool is not None and self.pool.alive():
-            return self.pool
-        count = processes or self.settings.workers
-        log_path = self.db_path.parent / "workers.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = log_path.open("ab")
-        process = subprocess.Popen(
-            worker_command(count),
-            env=worker_environment(self.settings),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-        self.pool = LocalPool(process, log_path, log_file)
+        with self._lock:
+            if self.pool is not None and self.pool.alive():
+                return self.pool
+            count = processes or self.settings.workers
+            log_path = self.db_path.parent / "workers.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_file = log_path.open("ab")
+            process = subprocess.Popen(
+                worker_command(count),
+                env=worker_environment(self.settings),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+            self.pool = LocalPool(process, log_path, log_file)
         log.info("workers.local_pool_started", processes=count, pid=process.pid, log=str(log_path))
         return self.pool
 
     def stop_pool(self) -> None:
-        if self.pool is not None:
-            self.pool.stop()
-            self.pool = None
+        with self._lock:
+            if self.pool is not None:
+                self.pool.stop()
+                self.pool = None
 
     def close(self) -> None:
         self.stop_pool()
-        if self._broker is not None:
-            self._broker.close()
-            self._broker = None
+        with self._lock:
+            if self._broker is not None:
+                self._broker.close()
+                self._broker = None
 
     def status(self, *, recent: int = 10) -> dict[str, Any]:
         conn = open_index(self.db_path)

@@ -3,7 +3,7 @@
 The index is built in-process with :class:`~rifflux.index.indexer.Indexer` (hash
 embeddings), so only the reindex tests need queue workers. Test modules import the
 fixtures they use from here: a ``conftest.py`` in this directory would shadow
-``tests/conftest.py`` for modules that ``from conftest import ...``.
+``tests/conftest.py`` for modules that ``from rifflux_testing import ...``.
 """
 
 from __future__ import annotations

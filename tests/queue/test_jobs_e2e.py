@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_corpus, make_settings, wait_until
+from rifflux_testing import copy_corpus, index_rows, make_settings, wait_until
 
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
@@ -18,23 +18,11 @@ from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.queue.sqlite_broker import SQLiteBroker
 from rifflux.search.service import SearchService
-from rifflux.store.connection import connect, open_index
+from rifflux.store.connection import connect
 
 pytestmark = pytest.mark.slow
 
 TEST_ACTORS = "rifflux_test_actors"
-
-
-def index_rows(db: Path) -> list[tuple]:
-    conn = open_index(db)
-    try:
-        return conn.execute(
-            "SELECT f.path, f.sha256, c.chunk_id, c.chunk_index, c.heading_path, c.content, "
-            "e.model, e.vec FROM chunks c JOIN files f ON f.id = c.file_id "
-            "LEFT JOIN embeddings e ON e.chunk_id = c.chunk_id ORDER BY f.path, c.chunk_index"
-        ).fetchall()
-    finally:
-        conn.close()
 
 
 def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tuple]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import copy_corpus, make_settings
+from rifflux_testing import copy_corpus, make_settings
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.queue import jobs, tasks

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_settings
+from rifflux_testing import make_settings
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError

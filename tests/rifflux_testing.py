@@ -1,0 +1,77 @@
+"""Helpers shared by tests: real corpora, tmp-index settings, worker environments, polling."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rifflux.config import Settings
+from rifflux.store.connection import open_index
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+AWESOME_COPILOT = SHARED / "corpora" / "awesome-copilot"
+
+
+def make_settings(tmp_path: Path, **overrides: object) -> Settings:
+    base = {
+        "db_path": tmp_path / "index" / "index.db",
+        "base_dir": tmp_path,
+        "embedding_backend": "hash",
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+def copy_corpus(dest: Path, subdir: str = "agents", limit: int | None = None) -> Path:
+    """A real markdown corpus: files of awesome-copilot/<subdir>, sorted, first ``limit``."""
+    source = AWESOME_COPILOT / subdir
+    dest.mkdir(parents=True, exist_ok=True)
+    files = sorted(p for p in source.rglob("*.md") if p.is_file())
+    for path in files[:limit]:
+        target = dest / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return dest
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
+    env.update(
+        RIFFLUX_DB_PATH=str(settings.db_path),
+        RIFFLUX_BROKER_URL=settings.resolved_broker_url,
+        RIFFLUX_EMBEDDING_BACKEND=settings.embedding_backend,
+        RIFFLUX_LOG_LEVEL="INFO",
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests" / "queue")]),
+    )
+    env.update(extra)
+    return env
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 60.0, interval: float = 0.1
+) -> object:
+    """Poll ``predicate`` until truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def index_rows(db: Path) -> list[tuple]:
+    """Every stored chunk with its file, heading, content and vector, in a stable order."""
+    conn = open_index(db)
+    try:
+        return conn.execute(
+            "SELECT f.path, f.sha256, c.chunk_id, c.chunk_index, c.heading_path, c.content, "
+            "e.model, e.vec FROM chunks c JOIN files f ON f.id = c.file_id "
+            "LEFT JOIN embeddings e ON e.chunk_id = c.chunk_id ORDER BY f.path, c.chunk_index"
+        ).fetchall()
+    finally:
+        conn.close()
