@@ -1,0 +1,121 @@
+"""Index and search latency on a real corpus (default: awesome-copilot), in-process.
+
+Measures a full index, an incremental no-change run, and search p50/p95 per mode.
+With ``--backend onnx`` the index is embedded with the ONNX model (slow: ~25 chunks/s
+on 2 cores) and kept in ``--workdir`` for reuse; query embedding time is included in
+semantic and hybrid latency.
+
+    .venv/bin/python benchmarks/index_and_search.py --backend hash
+    .venv/bin/python benchmarks/index_and_search.py --backend onnx --workdir /tmp/rifflux-bench-onnx
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
+
+QUERIES = [
+    "how to write unit tests in python",
+    "terraform azure best practices",
+    "react component accessibility",
+    "security review checklist",
+    "github actions workflow caching",
+    "database migration strategy",
+    "prompt engineering guidelines",
+    "kubernetes deployment manifest",
+    "code review comments tone",
+    "docker image size optimisation",
+    "dotnet dependency injection",
+    "api rate limiting",
+    "refactoring legacy code",
+    "write documentation for a cli",
+    "performance profiling java",
+    "mcp server tools",
+    "commit message conventions",
+    "error handling in go",
+    "playwright end to end tests",
+    "sql injection prevention",
+]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--backend", choices=("hash", "onnx"), default="hash")
+    parser.add_argument("--workdir", type=Path, help="keep the index here (default: temp dir)")
+    parser.add_argument("--rounds", type=int, default=5, help="passes over the query set")
+    args = parser.parse_args()
+
+    from rifflux.config import Settings
+    from rifflux.index.indexer import Indexer
+    from rifflux.logs import configure_logging
+    from rifflux.search.service import SearchService
+
+    configure_logging("WARNING")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rifflux-bench-"))
+    settings = Settings(
+        db_path=workdir / "index.db", base_dir=args.corpus.parent, embedding_backend=args.backend
+    )
+    fresh = not settings.db_path.exists()
+    indexer = Indexer(settings)
+    report: dict[str, object] = {
+        "machine": {
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+        },
+        "corpus": str(args.corpus),
+        "backend": args.backend,
+    }
+    started = time.perf_counter()
+    full = indexer.run([args.corpus])
+    full_seconds = time.perf_counter() - started
+    if fresh:
+        report["full_index_s"] = round(full_seconds, 3)
+    report["files"] = full.files_scanned
+    started = time.perf_counter()
+    incremental = indexer.run([args.corpus])
+    report["incremental_no_change_s"] = round(time.perf_counter() - started, 3)
+    assert incremental.files_indexed == 0
+
+    service = SearchService(settings)
+    report["chunks"] = service.counts()["chunks"]
+    for mode in ("lexical", "semantic", "hybrid"):
+        service.search(QUERIES[0], top_k=10, mode=mode)  # warm-up: model load, cache build
+        timings = []
+        for _ in range(args.rounds):
+            for query in QUERIES:
+                t0 = time.perf_counter()
+                service.search(query, top_k=10, mode=mode)
+                timings.append((time.perf_counter() - t0) * 1000)
+        report[f"{mode}_ms"] = {
+            "p50": round(statistics.median(timings), 2),
+            "p95": round(percentile(timings, 0.95), 2),
+            "n": len(timings),
+        }
+    service.close()
+    print(json.dumps(report, indent=2))
+    if args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
