@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common_db(status)
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
+
+    watch = sub.add_parser("watch", help="watch paths and keep them indexed (runs until stopped)")
+    watch.add_argument(
+        "paths", nargs="*", type=Path, help="roots (default: $RIFFLUX_FILE_WATCHER_PATHS or .)"
+    )
+    _common_db(watch)
+    watch.set_defaults(handler=cmd_watch)
 
     add_serve_parser(sub)
     return parser
@@ -285,13 +293,42 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    import signal
+
+    from rifflux.queue.client import IndexQueue
+    from rifflux.watch.watcher import FileWatcher
+
+    settings = _settings(args)
+    configure_logging(settings.log_level, style="json")
+    roots = args.paths or [Path(p) for p in settings.file_watcher_paths] or [Path(".")]
+    queue = IndexQueue(settings)
+    watcher = FileWatcher(settings, roots, queue).start()
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            if watcher.state.gave_up:
+                print(
+                    f"rifflux: error: watcher gave up: {watcher.state.last_error}", file=sys.stderr
+                )
+                return EXIT_ERROR
+    finally:
+        watcher.stop()
+        queue.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         settings = Settings.from_env()
-        configure_logging(settings.log_level, style="console")
+        # The CLI talks to people: only warnings unless a level was asked for.
+        explicit = any(k in os.environ for k in ("RIFFLUX_LOG_LEVEL", "RIFLUX_LOG_LEVEL"))
+        configure_logging(settings.log_level if explicit else "WARNING", style="console")
         return handler(args)
     except RiffluxError as exc:
         print(f"rifflux: error: {exc}", file=sys.stderr)

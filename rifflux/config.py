@@ -103,6 +103,8 @@ class Settings:
     file_watcher_paths: tuple[str, ...] = ()
     file_watcher_debounce_ms: int = 500
     auto_reindex_on_search: bool = False
+    # Empty: the server's working directory.
+    auto_reindex_paths: tuple[str, ...] = ()
     auto_reindex_min_interval_seconds: float = 30.0
 
     @classmethod
@@ -145,6 +147,7 @@ class Settings:
         read("FILE_WATCHER_PATHS", "file_watcher_paths", _parse_list)
         read("FILE_WATCHER_DEBOUNCE_MS", "file_watcher_debounce_ms", _non_negative_int)
         read("AUTO_REINDEX_ON_SEARCH", "auto_reindex_on_search", _parse_bool)
+        read("AUTO_REINDEX_PATHS", "auto_reindex_paths", _parse_list)
         read(
             "AUTO_REINDEX_MIN_INTERVAL_SECONDS",
             "auto_reindex_min_interval_seconds",

@@ -12,12 +12,9 @@ from typing import Literal
 
 import structlog
 
-_configured = False
-
 
 def configure_logging(level: str = "INFO", *, style: Literal["json", "console"] = "json") -> None:
-    """Route structlog and stdlib logging to stderr at ``level``. Idempotent."""
-    global _configured
+    """Route structlog and stdlib logging to stderr at ``level``; safe to call again."""
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         numeric = logging.INFO
@@ -38,6 +35,18 @@ def configure_logging(level: str = "INFO", *, style: Literal["json", "console"] 
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    if not _configured:
-        logging.basicConfig(stream=sys.stderr, level=max(numeric, logging.WARNING))
-    _configured = True
+    # Standard-library loggers (uvicorn, the MCP SDK, dramatiq) render the same way.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=renderer,
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(numeric)

@@ -32,6 +32,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="submit a background reindex of these paths at startup (does not wait)",
     )
+    parser.add_argument(
+        "--watch",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="watch PATH and keep it indexed (repeatable; or RIFFLUX_FILE_WATCHER=1)",
+    )
 
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -53,5 +61,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         reindex_on_start=args.reindex_on_start,
+        watch=args.watch,
     )
     return 0

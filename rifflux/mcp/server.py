@@ -40,6 +40,7 @@ from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.mcp import tools
 from rifflux.mcp.tools import MAX_TOP_K, ToolContext, resolve_roots
+from rifflux.watch.watcher import FileWatcher
 
 log = structlog.get_logger(__name__)
 
@@ -353,15 +354,32 @@ def run_server(
     host: str | None = None,
     port: int | None = None,
     reindex_on_start: Sequence[str | Path] = (),
+    watch: Sequence[str | Path] = (),
 ) -> None:
-    """Serve until the client disconnects (stdio) or the process is stopped (HTTP)."""
+    """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
+
+    ``watch`` (or ``RIFFLUX_FILE_WATCHER=1`` with ``RIFFLUX_FILE_WATCHER_PATHS``) runs a
+    file watcher in this process that keeps those roots indexed.
+    """
     context = ToolContext.from_settings(settings)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main_thread else None
+    watcher: FileWatcher | None = None
     try:
         server = build_server(settings, context=context)
         if reindex_on_start:
             start_background_reindex(context, reindex_on_start)
+        watch_roots = resolve_roots(context, None, [str(p) for p in watch]) if watch else []
+        if not watch_roots and settings.file_watcher:
+            watch_roots = resolve_roots(context, None, list(settings.file_watcher_paths))
+        if watch_roots:
+            watcher = FileWatcher(context.settings, watch_roots, context.queue).start()
+            threading.Thread(
+                target=context.queue.ensure_workers,
+                kwargs={"grace_seconds": STARTUP_WORKER_GRACE_SECONDS},
+                name="rifflux-watch-workers",
+                daemon=True,
+            ).start()
         log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
         if transport == "stdio":
             anyio.run(server.run_stdio_async)
@@ -374,6 +392,8 @@ def run_server(
                 port or settings.http_port,
             )
     finally:
+        if watcher is not None:
+            watcher.stop()
         context.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -23,6 +23,8 @@ from rifflux.errors import InvalidQueryError, NotFoundError, RiffluxError, RootN
 from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.search.service import SearchService, validate_mode, validate_top_k
+from rifflux.watch.auto import AutoReindexer
+from rifflux.watch.watcher import read_watcher_state
 
 log = structlog.get_logger(__name__)
 
@@ -51,17 +53,25 @@ class ToolContext:
     _services_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     # ensure_workers + submit and the queue's broker connection are not thread-safe.
     _queue_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # Set when RIFFLUX_AUTO_REINDEX_ON_SEARCH is on: searches trigger background jobs.
+    auto_reindex: AutoReindexer | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
         cwd = Path(cwd or os.getcwd()).resolve()
         settings = settings.with_overrides(db_path=resolve_against(cwd, settings.db_path))
-        return cls(
+        ctx = cls(
             settings=settings,
             search=SearchService(settings),
             queue=IndexQueue(settings),
             cwd=cwd,
         )
+        if settings.auto_reindex_on_search:
+            roots = [resolve_against(cwd, p) for p in settings.auto_reindex_paths] or [cwd]
+            ctx.auto_reindex = AutoReindexer(
+                ctx.queue, roots, settings.auto_reindex_min_interval_seconds
+            )
+        return ctx
 
     def service_for(self, db_path: str | None) -> SearchService:
         """The server's own SearchService, or a cached one for another index database."""
@@ -122,6 +132,8 @@ def search_rifflux(
         raise InvalidQueryError(f"top_k must be an integer between 1 and {MAX_TOP_K} (got {top_k})")
     if not isinstance(query, str):
         raise InvalidQueryError("query must be a string")
+    if ctx.auto_reindex is not None and (db_path is None or not db_path.strip()):
+        ctx.auto_reindex.maybe_trigger()
     return ctx.service_for(db_path).search_response(query, top_k=top_k, mode=mode)
 
 
@@ -190,7 +202,7 @@ def index_status(ctx: ToolContext) -> dict[str, Any]:
         live_workers={"count": len(workers), "workers": workers},
         queue_depths=queue["queue_depths"],
         recent_jobs=queue["recent_jobs"],
-        watcher={"running": False},
+        watcher=read_watcher_state(ctx.search.connection()),
     )
     return status
 

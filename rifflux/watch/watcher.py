@@ -1,0 +1,222 @@
+"""Watch roots with watchfiles and keep the index following every edit.
+
+Events are debounced by watchfiles, filtered by the include/exclude globs relative to
+the watched root, and handed to a :class:`JobCoalescer`. The watch loop runs in a
+supervised thread: a crash restarts it with capped exponential backoff, and after
+``max_consecutive_crashes`` in a row it gives up and says so. Its state is persisted
+in the index (``index_metadata.watcher_state``) so ``index_status`` shows it whichever
+process runs the watcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+import watchfiles
+
+from rifflux.config import Settings
+from rifflux.index.scan import matches_any
+from rifflux.store.connection import open_index, retry_on_busy, write_transaction
+from rifflux.store.writer import get_metadata, set_metadata
+from rifflux.watch.coalesce import JobCoalescer, JobQueue
+
+log = structlog.get_logger(__name__)
+
+WATCHER_STATE_KEY = "watcher_state"
+# Restart policy after a crash of the watch loop.
+RESTART_BASE_SECONDS = 0.5
+RESTART_CAP_SECONDS = 30.0
+DEFAULT_MAX_CONSECUTIVE_CRASHES = 5
+# How often the loop wakes without events to submit owed follow-up jobs (ms).
+TICK_MS = 500
+
+WatchFunction = Callable[..., Iterator[set[tuple[watchfiles.Change, str]]]]
+
+
+@dataclass(slots=True)
+class WatcherState:
+    running: bool = False
+    roots: list[str] = field(default_factory=list)
+    restarts: int = 0
+    consecutive_crashes: int = 0
+    gave_up: bool = False
+    last_error: str | None = None
+    last_event_at: float | None = None
+    last_event_paths: list[str] = field(default_factory=list)
+    last_job_id: str | None = None
+    jobs_submitted: int = 0
+    pid: int = field(default_factory=os.getpid)
+    updated_at: float = 0.0
+
+
+def read_watcher_state(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The last persisted watcher state, or ``{"running": False}`` if none ran."""
+    raw = get_metadata(conn, WATCHER_STATE_KEY)
+    return json.loads(raw) if raw else {"running": False}
+
+
+def event_filter(
+    roots: Sequence[Path], settings: Settings
+) -> Callable[[watchfiles.Change, str], bool]:
+    """Keep events for indexable files (and directories, which may hold them)."""
+    resolved = [Path(os.path.abspath(r)) for r in roots]
+    index_dir = os.path.realpath(settings.db_path.resolve().parent)
+
+    def keep(_change: watchfiles.Change, raw_path: str) -> bool:
+        if os.path.realpath(raw_path).startswith(index_dir + os.sep):
+            return False
+        path = Path(raw_path)
+        for root in resolved:
+            try:
+                rel = path.relative_to(root).as_posix()
+            except ValueError:
+                continue
+            if matches_any(rel, settings.exclude_globs):
+                return False
+            if matches_any(rel, settings.include_globs):
+                return True
+            # A directory moved or removed as a whole produces one event for the
+            # directory itself, not for the files in it.
+            return path.is_dir() or (not path.exists() and not path.suffix)
+        return False
+
+    return keep
+
+
+class FileWatcher:
+    """A supervised watch loop feeding a job coalescer."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        roots: Sequence[Path | str],
+        queue: JobQueue,
+        *,
+        watch_fn: WatchFunction = watchfiles.watch,
+        max_consecutive_crashes: int = DEFAULT_MAX_CONSECUTIVE_CRASHES,
+    ) -> None:
+        self.settings = settings
+        self.roots = [Path(os.path.abspath(r)) for r in roots]
+        self.coalescer = JobCoalescer(queue, self.roots)
+        self.watch_fn = watch_fn
+        self.max_consecutive_crashes = max_consecutive_crashes
+        self.state = WatcherState(roots=[str(r) for r in self.roots])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> FileWatcher:
+        for root in self.roots:
+            if not root.exists():
+                raise FileNotFoundError(f"path to watch does not exist: {root}")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._supervise, name="rifflux-watcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.state.running = False
+        self._persist()
+
+    def snapshot(self) -> dict[str, Any]:
+        return asdict(self.state)
+
+    # -- supervision -----------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            self.state.running = True
+            # Each (re)start catches up with edits made while nobody watched.
+            self._record_job(self.coalescer.changed())
+            self._persist()
+            try:
+                self._watch()
+                return
+            except Exception as exc:
+                self.state.restarts += 1
+                self.state.consecutive_crashes += 1
+                self.state.last_error = f"{type(exc).__name__}: {exc}"
+                log.error(
+                    "watch.crashed", error=self.state.last_error, restarts=self.state.restarts
+                )
+                if self.state.consecutive_crashes >= self.max_consecutive_crashes:
+                    self.state.running = False
+                    self.state.gave_up = True
+                    self._persist()
+                    log.error("watch.gave_up", crashes=self.state.consecutive_crashes)
+                    return
+                self.state.running = False
+                self._persist()
+                delay = min(
+                    RESTART_CAP_SECONDS,
+                    RESTART_BASE_SECONDS * 2 ** (self.state.consecutive_crashes - 1),
+                )
+                self._stop.wait(delay)
+        self.state.running = False
+        self._persist()
+
+    def _watch(self) -> None:
+        events = self.watch_fn(
+            *self.roots,
+            watch_filter=event_filter(self.roots, self.settings),
+            debounce=self.settings.file_watcher_debounce_ms,
+            stop_event=self._stop,
+            rust_timeout=TICK_MS,
+            yield_on_timeout=True,
+            raise_interrupt=False,
+        )
+        log.info("watch.started", roots=self.state.roots)
+        for changes in events:
+            if changes:
+                self._on_changes(changes)
+            else:
+                self._record_job(self.coalescer.tick())
+            if self._stop.is_set():
+                break
+
+    def _on_changes(self, changes: Iterable[tuple[watchfiles.Change, str]]) -> None:
+        paths = sorted({path for _, path in changes})
+        self.state.consecutive_crashes = 0
+        self.state.last_event_at = time.time()
+        self.state.last_event_paths = paths[:20]
+        log.info("watch.changes", count=len(paths), sample=paths[:5])
+        self._record_job(self.coalescer.changed())
+        self._persist()
+
+    def _record_job(self, job_id: str | None) -> None:
+        if job_id is not None:
+            self.state.last_job_id = job_id
+            self.state.jobs_submitted = self.coalescer.jobs_submitted
+            self._persist()
+
+    def _persist(self) -> None:
+        self.state.updated_at = time.time()
+        payload = json.dumps(self.snapshot())
+        try:
+            conn = open_index(self.settings.db_path)
+        except Exception:
+            log.warning("watch.state_not_saved", exc_info=True)
+            return
+        try:
+
+            def run() -> None:
+                with write_transaction(conn):
+                    set_metadata(conn, WATCHER_STATE_KEY, payload)
+
+            retry_on_busy(run)
+        finally:
+            conn.close()

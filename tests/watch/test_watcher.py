@@ -1,0 +1,224 @@
+"""The file watcher keeps a real index current through real worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import watchfiles
+from rifflux_testing import index_rows, make_settings, wait_until
+
+from rifflux.config import Settings
+from rifflux.queue.client import IndexQueue
+from rifflux.queue.jobs import recent_jobs
+from rifflux.search.service import SearchService
+from rifflux.store.connection import open_index
+from rifflux.watch.coalesce import JobCoalescer
+from rifflux.watch.watcher import FileWatcher, read_watcher_state
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def watched(tmp_path: Path, start_workers) -> Iterator[tuple[Settings, Path, IndexQueue]]:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "seed.md").write_text("# Seed\n\nThe first document.\n")
+    settings = make_settings(tmp_path, file_watcher_debounce_ms=200)
+    start_workers(settings)
+    queue = IndexQueue(settings)
+    yield settings, root, queue
+    queue.close()
+
+
+def job_count(settings: Settings) -> int:
+    conn = open_index(settings.db_path)
+    try:
+        return len(recent_jobs(conn, 1000))
+    finally:
+        conn.close()
+
+
+def indexed_paths(settings: Settings) -> set[str]:
+    return {row[0] for row in index_rows(settings.db_path)}
+
+
+def found(service: SearchService, text: str, mode: str) -> bool:
+    return any(text in r["content"] for r in service.search(text, top_k=5, mode=mode))
+
+
+def test_an_edit_is_searchable_within_seconds(watched) -> None:
+    settings, root, queue = watched
+    watcher = FileWatcher(settings, [root], queue).start()
+    service = SearchService(settings)
+    try:
+        wait_until(lambda: "docs/seed.md" in indexed_paths(settings), timeout=60)
+        (root / "seed.md").write_text("# Seed\n\nNow about quasar telescopes.\n")
+        wait_until(lambda: found(service, "quasar telescopes", "lexical"), timeout=60)
+        assert found(service, "quasar telescopes", "semantic")
+    finally:
+        watcher.stop()
+        service.close()
+
+
+def test_a_burst_of_200_writes_costs_at_most_two_jobs(watched) -> None:
+    settings, root, queue = watched
+    watcher = FileWatcher(settings, [root], queue).start()
+    try:
+        wait_until(lambda: "docs/seed.md" in indexed_paths(settings), timeout=60)
+        wait_until(lambda: watcher.coalescer.idle, timeout=60)
+        before = job_count(settings)
+        for i in range(200):
+            (root / f"note-{i:03}.md").write_text(f"# Note {i}\n\nburst note number {i}\n")
+        expected = {f"docs/note-{i:03}.md" for i in range(200)} | {"docs/seed.md"}
+        wait_until(lambda: indexed_paths(settings) == expected, timeout=120)
+        wait_until(lambda: watcher.coalescer.idle, timeout=60)
+        assert 1 <= job_count(settings) - before <= 2
+    finally:
+        watcher.stop()
+
+
+def test_delete_removes_and_rename_moves_chunks(watched) -> None:
+    settings, root, queue = watched
+    (root / "old-name.md").write_text("# Moving\n\nthis text moves with its file\n")
+    (root / "doomed.md").write_text("# Doomed\n\nthis file is deleted\n")
+    watcher = FileWatcher(settings, [root], queue).start()
+    try:
+        wait_until(lambda: {"docs/old-name.md", "docs/doomed.md"} <= indexed_paths(settings))
+        (root / "doomed.md").unlink()
+        (root / "old-name.md").rename(root / "new-name.md")
+        wait_until(
+            lambda: indexed_paths(settings) == {"docs/seed.md", "docs/new-name.md"}, timeout=60
+        )
+        contents = {row[0]: row[5] for row in index_rows(settings.db_path)}
+        assert "moves with its file" in contents["docs/new-name.md"]
+    finally:
+        watcher.stop()
+
+
+def test_a_crashed_watcher_restarts_and_reports_it(watched) -> None:
+    settings, root, queue = watched
+    calls = []
+
+    def crash_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("simulated watcher crash")
+        return watchfiles.watch(*args, **kwargs)
+
+    watcher = FileWatcher(settings, [root], queue, watch_fn=crash_once).start()
+    service = SearchService(settings)
+    try:
+        wait_until(lambda: watcher.state.restarts == 1 and watcher.state.running, timeout=30)
+        (root / "after.md").write_text("# After\n\nwritten after the crash: nebula\n")
+        wait_until(lambda: found(service, "nebula", "lexical"), timeout=60)
+        conn = open_index(settings.db_path)
+        try:
+            state = read_watcher_state(conn)
+        finally:
+            conn.close()
+        assert state["restarts"] == 1 and "simulated watcher crash" in state["last_error"]
+    finally:
+        watcher.stop()
+        service.close()
+
+
+def test_a_watcher_that_keeps_crashing_gives_up(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    settings = make_settings(tmp_path)
+
+    class NoJobs:
+        def submit(self, paths, **_kw):
+            return "job"
+
+        def job(self, job_id):
+            return None
+
+    def always_crash(*_args, **_kwargs):
+        raise RuntimeError("broken")
+
+    watcher = FileWatcher(
+        settings, [root], NoJobs(), watch_fn=always_crash, max_consecutive_crashes=2
+    )
+    watcher.start()
+    wait_until(lambda: watcher.state.gave_up, timeout=10)
+    assert watcher.state.restarts == 2 and not watcher.state.running
+    watcher.stop()
+
+
+def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> None:
+    from rifflux.queue.jobs import JobRecord
+
+    class FakeQueue:
+        def __init__(self) -> None:
+            self.states: dict[str, str] = {}
+
+        def submit(self, paths, **_kw):
+            job_id = f"j{len(self.states)}"
+            self.states[job_id] = "queued"
+            return job_id
+
+        def job(self, job_id):
+            return JobRecord(job_id, [], {}, self.states[job_id])
+
+    queue = FakeQueue()
+    coalescer = JobCoalescer(queue, [Path("/docs")])
+    assert coalescer.changed() == "j0"
+    assert coalescer.changed() is None  # queued: its scan will see the change
+    queue.states["j0"] = "running"
+    assert coalescer.changed() is None and coalescer.changed() is None
+    assert coalescer.tick() is None  # still running
+    queue.states["j0"] = "completed"
+    assert coalescer.tick() == "j1"
+    assert coalescer.tick() is None
+    queue.states["j1"] = "completed"
+    assert coalescer.idle
+
+
+def test_index_status_shows_the_watcher_state(watched) -> None:
+    from rifflux.mcp.tools import ToolContext, index_status
+
+    settings, root, queue = watched
+    watcher = FileWatcher(settings, [root], queue).start()
+    ctx = ToolContext.from_settings(settings)
+    try:
+        wait_until(lambda: index_status(ctx)["watcher"].get("last_job_id"), timeout=30)
+        state = index_status(ctx)["watcher"]
+        assert state["running"] and state["roots"] == [str(root)]
+    finally:
+        watcher.stop()
+        ctx.close()
+    assert index_status_after_stop(settings)["running"] is False
+
+
+def index_status_after_stop(settings: Settings) -> dict:
+    conn = open_index(settings.db_path)
+    try:
+        return read_watcher_state(conn)
+    finally:
+        conn.close()
+
+
+def test_auto_reindex_on_search_starts_one_job_per_interval(tmp_path: Path, start_workers) -> None:
+    from rifflux.mcp.tools import ToolContext, search_rifflux
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nauto reindexed pulsar\n")
+    settings = make_settings(
+        tmp_path,
+        auto_reindex_on_search=True,
+        auto_reindex_paths=(str(root),),
+        auto_reindex_min_interval_seconds=3600,
+    )
+    start_workers(settings)
+    ctx = ToolContext.from_settings(settings)
+    try:
+        for _ in range(5):
+            search_rifflux(ctx, "pulsar", mode="lexical")
+        wait_until(lambda: search_rifflux(ctx, "pulsar", mode="lexical")["count"] == 1)
+        assert job_count(settings) == 1
+    finally:
+        ctx.close()
