@@ -1,0 +1,92 @@
+"""The rifflux command end to end, as a user runs it: subprocesses, real files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rifflux_testing import copy_corpus
+
+
+def rifflux(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
+    environ.update(RIFFLUX_EMBEDDING_BACKEND="hash", **env)
+    return subprocess.run(
+        [sys.executable, "-m", "rifflux.cli", *args],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_index_starts_a_local_pool_waits_and_leaves_nothing_running(tmp_path: Path) -> None:
+    copy_corpus(tmp_path / "docs", limit=25)
+    done = rifflux(tmp_path, "index", "docs", "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["state"] == "completed" and record["files_done"] == 25
+    pool_log = (tmp_path / ".rifflux" / "workers.log").read_text()
+    assert "worker.booted" in pool_log and "worker.stopped" in pool_log
+
+    found = rifflux(tmp_path, "search", "agent", "--json", "--top-k", "3")
+    response = json.loads(found.stdout)
+    assert response["count"] == 3 and response["mode"] == "hybrid"
+    assert all(r["path"].startswith("docs/") for r in response["results"])
+
+    chunk_id = response["results"][0]["chunk_id"]
+    chunk = json.loads(rifflux(tmp_path, "get-chunk", chunk_id).stdout)["chunk"]
+    assert chunk["chunk_id"] == chunk_id
+
+    status = json.loads(rifflux(tmp_path, "status", "--json").stdout)
+    assert status["files"] == 25 and status["recent_jobs"][0]["state"] == "completed"
+    assert status["live_workers"] == []
+
+
+def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) -> None:
+    copy_corpus(tmp_path / "docs", limit=2)
+    queued = rifflux(tmp_path, "index", "docs", "--no-wait")
+    assert queued.returncode == 0
+    assert len(queued.stdout.strip()) == 32
+    assert "no worker is alive" in queued.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("index", "missing-dir", "--in-process"), "does not exist: missing-dir"),
+        (("index", "missing-dir", "--no-wait"), "does not exist: missing-dir"),
+        (("get-chunk", "nope"), "no chunk with id 'nope'"),
+        (("get-file", "../etc/passwd"), "is not an indexed file"),
+        (("search", "x", "--top-k", "0"), "top_k must be an integer >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(tmp_path: Path, args: tuple, message: str) -> None:
+    result = rifflux(tmp_path, *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+
+
+def test_bad_setting_names_the_variable(tmp_path: Path) -> None:
+    result = rifflux(tmp_path, "status", RIFFLUX_RRF_K="zero")
+    assert result.returncode != 0 and "RIFFLUX_RRF_K='zero' is invalid" in result.stderr
+
+
+def test_other_schema_version_names_the_rebuild_command(tmp_path: Path) -> None:
+    from rifflux.store.connection import open_index
+
+    db = tmp_path / ".rifflux" / "index.db"
+    open_index(db).execute("UPDATE index_metadata SET value='999' WHERE key='schema_version'")
+    result = rifflux(tmp_path, "search", "x")
+    assert result.returncode != 0 and "rifflux index --rebuild" in result.stderr
+    copy_corpus(tmp_path / "docs", limit=2)
+    rebuilt = rifflux(tmp_path, "index", "docs", "--rebuild", "--in-process")
+    assert rebuilt.returncode == 0, rebuilt.stderr
