@@ -1,0 +1,75 @@
+"""search_rifflux tool-call latency over stdio, per mode, through a real MCP session.
+
+Spawns ``rifflux serve`` (stdio) on an existing index and times complete tool calls
+(request → JSON result) from an ``mcp`` client. Build the index first, e.g.:
+
+    .venv/bin/rifflux index --in-process ../shared/corpora/awesome-copilot --db /tmp/ac/index.db
+    .venv/bin/python benchmarks/mcp_latency.py --db /tmp/ac/index.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from index_and_search import QUERIES, percentile
+
+
+async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:
+    env = {**os.environ, "RIFFLUX_DB_PATH": str(db), "RIFFLUX_EMBEDDING_BACKEND": backend}
+    env["RIFFLUX_LOG_LEVEL"] = "WARNING"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "rifflux.mcp", "--transport", "stdio"], env=env
+    )
+    results: dict[str, object] = {}
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        for mode in ("lexical", "semantic", "hybrid"):
+            args = {"query": QUERIES[0], "top_k": 10, "mode": mode}
+            await session.call_tool("search_rifflux", args)  # warm-up
+            timings = []
+            for _ in range(rounds):
+                for query in QUERIES:
+                    t0 = time.perf_counter()
+                    result = await session.call_tool(
+                        "search_rifflux", {"query": query, "top_k": 10, "mode": mode}
+                    )
+                    timings.append((time.perf_counter() - t0) * 1000)
+                    assert not result.is_error, result.content
+            results[mode] = {
+                "p50_ms": round(statistics.median(timings), 2),
+                "p95_ms": round(percentile(timings, 0.95), 2),
+                "n": len(timings),
+            }
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, required=True, help="an existing index database")
+    parser.add_argument("--backend", default="auto", help="must match the index's embedder")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    report = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "db": str(args.db),
+        "transport": "stdio",
+        "modes": asyncio.run(measure(args.db, args.backend, args.rounds)),
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
