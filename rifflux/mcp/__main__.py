@@ -1,28 +1,16 @@
-"""``python -m rifflux.mcp [--transport stdio|http] [--host H] [--port N]``."""
+"""``python -m rifflux.mcp [--transport stdio|http] [--host H] [--port N]``: the same as
+``rifflux serve``."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
-from rifflux.errors import RiffluxError
-from rifflux.mcp.cli import add_serve_arguments, cmd_serve
-
-EXIT_ERROR = 1
+from rifflux.cli import main as rifflux_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rifflux.mcp", description=__doc__)
-    add_serve_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_serve(args)
-    except RiffluxError as exc:
-        print(f"rifflux: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
+    return rifflux_main(["serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

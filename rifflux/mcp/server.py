@@ -328,16 +328,21 @@ async def serve_http(server: MCPServer, settings: Settings, host: str, port: int
 STARTUP_WORKER_GRACE_SECONDS = 15.0
 
 
-def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
-    """Submit one reindex job for ``paths`` now; start workers later only if none appears."""
-    roots = resolve_roots(ctx, None, [str(p) for p in paths])
-    job_id = ctx.queue.submit(roots)
+def ensure_workers_in_background(ctx: ToolContext) -> None:
+    """Start a local worker pool later, only if no worker shows up within the grace."""
     threading.Thread(
         target=ctx.queue.ensure_workers,
         kwargs={"grace_seconds": STARTUP_WORKER_GRACE_SECONDS},
         name="rifflux-startup-workers",
         daemon=True,
     ).start()
+
+
+def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
+    """Submit one reindex job for ``paths`` now; start workers later only if none appears."""
+    roots = resolve_roots(ctx, None, [str(p) for p in paths])
+    job_id = ctx.queue.submit(roots)
+    ensure_workers_in_background(ctx)
     log.info("mcp.reindex_on_start", job_id=job_id, roots=[str(r) for r in roots])
     return job_id
 
@@ -374,12 +379,7 @@ def run_server(
             watch_roots = resolve_roots(context, None, list(settings.file_watcher_paths))
         if watch_roots:
             watcher = FileWatcher(context.settings, watch_roots, context.queue).start()
-            threading.Thread(
-                target=context.queue.ensure_workers,
-                kwargs={"grace_seconds": STARTUP_WORKER_GRACE_SECONDS},
-                name="rifflux-watch-workers",
-                daemon=True,
-            ).start()
+            ensure_workers_in_background(context)
         log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
         if transport == "stdio":
             anyio.run(server.run_stdio_async)

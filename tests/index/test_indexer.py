@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rifflux_testing import make_settings
+from rifflux_testing import index_rows, make_settings
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.errors import EmbeddingModelMismatch, RootNotFoundError
 from rifflux.index.chunker import chunk_id_for
 from rifflux.index.indexer import Indexer
-from rifflux.store.connection import open_index
 
 
 class CountingEmbedder(HashEmbedder):
@@ -27,18 +26,6 @@ class CountingEmbedder(HashEmbedder):
     def embed_batch(self, texts: list[str]) -> np.ndarray:
         self.texts.extend(texts)
         return super().embed_batch(texts)
-
-
-def rows(db: Path) -> list[tuple]:
-    conn = open_index(db)
-    try:
-        return conn.execute(
-            "SELECT f.path, c.chunk_id, c.chunk_index, c.heading_path, c.content, e.vec "
-            "FROM chunks c JOIN files f ON f.id = c.file_id "
-            "LEFT JOIN embeddings e ON e.chunk_id = c.chunk_id ORDER BY f.path, c.chunk_index"
-        ).fetchall()
-    finally:
-        conn.close()
 
 
 def long_doc(sections: int, changed: int | None = None) -> str:
@@ -67,7 +54,7 @@ def test_editing_one_section_embeds_only_that_section(tmp_path: Path) -> None:
     assert second.files_indexed == 1
     assert len(embedder.texts) == 1 and "rewritten" in embedder.texts[0]
     assert second.vectors_new == 1 and second.vectors_reused == second.chunks_written - 1
-    assert all(vec is not None for *_, vec in rows(indexer.settings.db_path))
+    assert all(vec is not None for *_, vec in index_rows(indexer.settings.db_path))
 
 
 def test_inserting_a_section_reuses_vectors_of_shifted_chunks(tmp_path: Path) -> None:
@@ -94,13 +81,13 @@ def test_unchanged_run_reads_nothing_and_touch_updates_metadata_only(tmp_path: P
     embedder = CountingEmbedder()
     indexer = Indexer(make_settings(tmp_path), embedder=embedder)
     indexer.run([root])
-    before = rows(indexer.settings.db_path)
+    before = index_rows(indexer.settings.db_path)
     again = indexer.run([root])
     assert (again.files_unchanged, again.files_indexed) == (1, 0)
     os.utime(root / "a.md", ns=(1, 1))
     touched = indexer.run([root])
     assert (touched.files_metadata_only, touched.files_indexed) == (1, 0)
-    assert rows(indexer.settings.db_path) == before
+    assert index_rows(indexer.settings.db_path) == before
     forced = indexer.run([root], force=True)
     assert forced.files_indexed == 1
 
@@ -118,7 +105,7 @@ def test_vanished_files_are_pruned_only_under_scanned_roots(tmp_path: Path) -> N
     (notes / "n.md").unlink()
     report = indexer.run([docs])
     assert report.files_deleted == 1
-    paths = {r[0] for r in rows(indexer.settings.db_path)}
+    paths = {r[0] for r in index_rows(indexer.settings.db_path)}
     assert paths == {"docs/a.md", "notes/n.md"}
     kept = indexer.run([docs, notes], prune_missing=False)
     assert kept.files_deleted == 0
@@ -139,7 +126,7 @@ def test_bad_input_is_counted_and_never_stops_the_run(tmp_path: Path) -> None:
     assert "larger than" in reasons["docs/huge.md"]
     assert "unreadable" in reasons["docs/dangling.md"]
     assert report.files_indexed == 2
-    contents = {r[0]: r[4] for r in rows(make_settings(tmp_path).db_path)}
+    contents = {r[0]: r[5] for r in index_rows(make_settings(tmp_path).db_path)}
     assert "\ufffd" in contents["docs/latin1.md"]
 
 
@@ -154,7 +141,7 @@ def test_short_files_and_text_files_are_searchable(tmp_path: Path) -> None:
     (root / "tiny.md").write_text("# Tiny\n\none\ntwo\nthree\n")
     (root / "notes.txt").write_text("first paragraph\n\nsecond paragraph\n")
     Indexer(make_settings(tmp_path)).run([root])
-    found = rows(make_settings(tmp_path).db_path)
+    found = index_rows(make_settings(tmp_path).db_path)
     assert {r[0] for r in found} == {"docs/tiny.md", "docs/notes.txt"}
 
 
@@ -166,8 +153,8 @@ def test_chunk_ids_are_stable_across_runs_and_databases(tmp_path: Path) -> None:
     two = make_settings(tmp_path, db_path=tmp_path / "two.db", min_chunk_chars=0)
     Indexer(one).run([root])
     Indexer(two).run([root / "a.md"])
-    ids_one = [r[1] for r in rows(one.db_path)]
-    assert ids_one == [r[1] for r in rows(two.db_path)]
+    ids_one = [r[2] for r in index_rows(one.db_path)]
+    assert ids_one == [r[2] for r in index_rows(two.db_path)]
     assert ids_one[0] == chunk_id_for("docs/a.md", 0)
 
 
