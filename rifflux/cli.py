@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -207,8 +208,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def remove_index(db_path: Path) -> None:
+    """Delete the index database and its published vector cache."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)
 
 
 def _snippet(text: str, width: int = 100) -> str:

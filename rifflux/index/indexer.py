@@ -39,6 +39,7 @@ from rifflux.store.writer import (
     known_vector_hashes,
     set_metadata,
 )
+from rifflux.vectors.publish import publish_quietly
 
 log = structlog.get_logger(__name__)
 
@@ -193,6 +194,7 @@ class Indexer:
                 progress(len(scan.files), len(scan.files))
         finally:
             conn.close()
+        publish_quietly(self.settings.db_path, source="indexer")  # Vector cache hook.
         report.duration_s = round(time.perf_counter() - started, 3)
         log.info(
             "index.completed",

@@ -43,6 +43,7 @@ from rifflux.store.writer import (
     delete_file_rows,
     known_vector_hashes,
 )
+from rifflux.vectors.publish import publish_quietly
 
 log = structlog.get_logger(__name__)
 
@@ -366,7 +367,10 @@ def finalize(db_path: str, job_id: str) -> jobs.JobRecord | None:
             jobs.update_job(conn, job_id, state=state, finished_at=time.time())
             jobs.add_counts(conn, job_id, files_deleted=deleted)
 
+        # Vector cache: publish before the job reads as completed, again after the prune.
+        publish_quietly(db_path, source="finalize")
         _in_tx(conn, settle)
+        publish_quietly(db_path, source="finalize")
         record = jobs.get_job(conn, job_id)
         if record is not None:
             log.info(

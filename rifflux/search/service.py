@@ -135,8 +135,9 @@ class SearchService:
             return [{**rows[h.row_id], "score_breakdown": {"bm25": h.bm25}} for h in hits]
         semantic = self._semantic(conn, query, limit)
         if mode == "semantic":
-            hits_s = semantic[:top_k]
-            rows = self._rows(conn, [h.row_id for h in hits_s])
+            # Vector cache: a chunk deleted since the search is dropped, not a KeyError.
+            rows = self._rows(conn, [h.row_id for h in semantic])
+            hits_s = [h for h in semantic if h.row_id in rows][:top_k]
             return [{**rows[h.row_id], "score_breakdown": {"cosine": h.cosine}} for h in hits_s]
         lexical = lexical_search(conn, query, limit)
         row_by_key = {h.key: h.row_id for h in lexical}
@@ -159,6 +160,7 @@ class SearchService:
                 },
             }
             for f in fused
+            if row_by_key[f.key] in rows  # Vector cache: drop chunks deleted meanwhile.
         ]
 
     def search_response(
@@ -187,16 +189,8 @@ class SearchService:
         query_vec = self.embed_query(query)
         if query_vec is None:
             return []
-        snapshot = self._load_snapshot(conn, stored)
-        return snapshot.search(query_vec, limit)
-
-    def _load_snapshot(self, conn: sqlite3.Connection, model: str) -> Any:
-        # One read transaction: the generation and the vectors come from the same state.
-        conn.execute("BEGIN")
-        try:
-            return self._vectors.snapshot(conn, current_generation(conn), model)
-        finally:
-            conn.execute("COMMIT")
+        # Vector cache: memory-mapped segments, checked against the index generation.
+        return self._vectors.search(conn, self.db_path, stored, query_vec, limit)
 
     def _rows(self, conn: sqlite3.Connection, row_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         if not row_ids:
@@ -253,4 +247,5 @@ class SearchService:
             "db_path": str(self.settings.db_path),
             "embedding_model": self.stored_model(conn),
             "embedding_backend": self.settings.embedding_backend,
+            "vector_cache": self._vectors.status(conn, self.db_path),
         }

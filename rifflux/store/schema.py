@@ -71,6 +71,8 @@ CREATE TABLE IF NOT EXISTS embeddings (
     dim      INTEGER NOT NULL,
     vec      BLOB NOT NULL
 );
+-- Covers listing a model's rows without reading the vector blobs (cache publishing).
+CREATE INDEX IF NOT EXISTS embeddings_model ON embeddings(chunk_id, model, dim);
 
 CREATE TABLE IF NOT EXISTS jobs (
     id              TEXT PRIMARY KEY,

@@ -1,0 +1,404 @@
+"""Publish the vector cache for the index's current generation.
+
+Writers call :func:`publish` when a job finalizes (``rifflux.queue.tasks.finalize``) and
+at the end of an in-process :class:`~rifflux.index.indexer.Indexer` run; the front
+process calls it to rebuild a missing cache and to refresh a stale one.
+
+One publish reads the database once, in one read transaction (so the rows, the vectors
+and the generation all come from the same state): the list of chunk rows that have a
+vector of the index's model, and the vectors of only the rows the cache lacks. It diffs
+that list against the current manifest by row identity: new rows go to a delta segment,
+rows gone from the database become tombstones of the segment that holds them.
+
+Compaction policy (the three constants below):
+
+* full rewrite: when delta rows + tombstones would exceed ``COMPACT_FRACTION`` of the
+  base segment's rows, all live rows are rewritten as one new base segment;
+* fold: when a new delta would make more than ``MAX_SEGMENTS`` segments, every delta
+  segment is rewritten together with the new rows as one delta (the base is kept);
+* otherwise the new rows are appended as one more delta segment.
+
+Reader safety of deleting old files: a reader reads the manifest in one ``read()``
+(``os.replace`` makes it see either the old or the new file, never a mix) and then
+memory-maps the segments it names. Files are deleted only when neither the new nor the
+previous manifest names them. On Linux a deleted file that is still memory-mapped stays
+readable until the mapping goes, so a reader that has loaded a generation keeps using it
+safely; a reader that read a manifest two publishes old and finds a file gone re-reads
+the manifest (the newer one exists before anything is deleted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from rifflux.store.connection import open_index, retry_on_busy, write_transaction
+from rifflux.store.writer import current_generation, get_metadata, set_metadata
+from rifflux.vectors.segments import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    META_IDENT,
+    TMP_PREFIX,
+    CacheUnusable,
+    Manifest,
+    Segment,
+    SegmentRef,
+    load_segment,
+    normalize_rows,
+    read_manifest,
+    row_ident,
+    vectors_dir,
+    write_dead,
+    write_manifest,
+    write_segment,
+)
+
+log = structlog.get_logger(__name__)
+
+# Rewrite everything as one base segment when delta rows + tombstones exceed this
+# fraction of the base segment's rows.
+COMPACT_FRACTION = 0.2
+# Fold all delta segments into one when a publish would leave more segments than this.
+MAX_SEGMENTS = 8
+# Temporary files of a publisher that died are removed after this many seconds.
+TMP_MAX_AGE_SECONDS = 3600.0
+# index_metadata key of the random id that ties a cache to one database file.
+INDEX_UID_KEY = "vectors_index_uid"
+# Chunk rowids per ``IN (...)`` query when reading vectors.
+READ_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    manifest: Manifest
+    # "unchanged", "full", "fold" or "delta".
+    action: str
+    rows_added: int
+    rows_removed: int
+
+
+@dataclass(slots=True)
+class DbRows:
+    """The chunk rows that have a vector of the index's model, sorted by (path, index)."""
+
+    generation: int
+    model: str | None
+    dim: int
+    rowids: np.ndarray
+    idents: np.ndarray
+    paths: list[str]
+    chunk_indexes: np.ndarray
+
+
+@contextlib.contextmanager
+def publish_lock(directory: Path, *, blocking: bool = True) -> Iterator[bool]:
+    """An exclusive flock on ``publish.lock``; yields False if busy and not blocking."""
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def ensure_index_uid(conn: sqlite3.Connection) -> str:
+    """The database's cache uid, created on first use (no generation bump)."""
+    uid = get_metadata(conn, INDEX_UID_KEY)
+    if uid:
+        return uid
+
+    def create() -> str:
+        with write_transaction(conn):
+            existing = get_metadata(conn, INDEX_UID_KEY)
+            if existing:
+                return existing
+            fresh = secrets.token_hex(8)
+            set_metadata(conn, INDEX_UID_KEY, fresh)
+            return fresh
+
+    return retry_on_busy(create)
+
+
+def stored_dim(conn: sqlite3.Connection, model: str) -> int:
+    dim = get_metadata(conn, "embedding_dim")
+    if dim:
+        return int(dim)
+    row = conn.execute("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (model,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def index_head(conn: sqlite3.Connection) -> tuple[int, str | None, int]:
+    """(generation, embedding model, dimension) of the index."""
+    model = get_metadata(conn, "embedding_model")
+    return current_generation(conn), model, stored_dim(conn, model) if model else 0
+
+
+def list_rows(conn: sqlite3.Connection, generation: int, model: str | None, dim: int) -> DbRows:
+    """Every chunk row with a ``model`` vector (call inside the read transaction)."""
+    rows = (
+        conn.execute(
+            "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM chunks c "
+            "JOIN files f ON f.id = c.file_id JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
+            (model, dim),
+        ).fetchall()
+        if model
+        else []
+    )
+    n = len(rows)
+    return DbRows(
+        generation=generation,
+        model=model,
+        dim=dim,
+        rowids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
+        idents=np.fromiter((row_ident(r[0], r[1], r[2], r[3]) for r in rows), np.int64, n),
+        paths=[r[1] for r in rows],
+        chunk_indexes=np.fromiter((r[2] for r in rows), dtype=np.int64, count=n),
+    )
+
+
+def read_vectors(conn: sqlite3.Connection, rowids: np.ndarray, model: str, dim: int) -> np.ndarray:
+    """Normalised vectors of ``rowids``, in that order."""
+    out = np.empty((len(rowids), dim), dtype=np.float32)
+    where = {int(r): i for i, r in enumerate(rowids)}
+    ids = list(where)
+    for start in range(0, len(ids), READ_CHUNK):
+        part = ids[start : start + READ_CHUNK]
+        marks = ",".join("?" * len(part))
+        for rowid, blob in conn.execute(
+            "SELECT c.id, e.vec FROM chunks c JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            f"WHERE e.model = ? AND c.id IN ({marks})",
+            (model, *part),
+        ):
+            out[where[int(rowid)]] = np.frombuffer(blob, dtype="<f4", count=dim)
+    return normalize_rows(out)
+
+
+def _open_current(directory: Path) -> tuple[Manifest | None, list[Segment]]:
+    """The current manifest and its segments; (None, []) if missing or unusable."""
+    try:
+        found = read_manifest(directory)
+        if found is None:
+            return None, []
+        manifest = found[0]
+        return manifest, [load_segment(directory, s, manifest.dim) for s in manifest.segments]
+    except (CacheUnusable, FileNotFoundError) as exc:
+        log.warning("vectors.manifest_unusable", directory=str(directory), error=str(exc))
+        return None, []
+
+
+def publish(
+    db_path: Path | str,
+    *,
+    source: str,
+    blocking: bool = True,
+) -> PublishResult | None:
+    """Bring the cache up to the database's current generation.
+
+    Returns None only when ``blocking`` is False and another publisher holds the lock.
+    """
+    directory = vectors_dir(db_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    with publish_lock(directory, blocking=blocking) as locked:
+        if not locked:
+            return None
+        conn = open_index(db_path)
+        try:
+            return _publish_locked(conn, directory, source)
+        finally:
+            conn.close()
+
+
+def publish_quietly(db_path: Path | str, *, source: str) -> PublishResult | None:
+    """:func:`publish` for writers: a cache failure is logged, never raised.
+
+    Search notices a stale or missing cache and refreshes or rebuilds it itself.
+    """
+    try:
+        return publish(db_path, source=source)
+    except Exception as exc:
+        log.exception("vectors.publish_failed", db_path=str(db_path), error=str(exc))
+        return None
+
+
+def _publish_locked(conn: sqlite3.Connection, directory: Path, source: str) -> PublishResult:
+    started = time.perf_counter()
+    uid = ensure_index_uid(conn)
+    current, segments = _open_current(directory)
+    conn.execute("BEGIN")
+    try:
+        generation, model, dim = index_head(conn)
+        reusable = (
+            current is not None
+            and current.index_uid == uid
+            and current.model == model
+            and current.dim == dim
+        )
+        if reusable and current is not None and current.generation == generation:
+            return PublishResult(current, "unchanged", 0, 0)
+        db = list_rows(conn, generation, model, dim)
+        if not reusable:
+            segments = []
+        plan = _plan(segments, db)
+        fetched = (
+            read_vectors(conn, db.rowids[plan.added], db.model, db.dim)
+            if db.model and plan.added.any()
+            else np.zeros((0, db.dim), np.float32)
+        )
+    finally:
+        conn.execute("COMMIT")
+
+    refs = list(current.segments) if reusable and current is not None else []
+    new_refs: list[SegmentRef] = []
+    for i, ref in enumerate(refs):
+        if i in plan.rewrite:
+            continue
+        if plan.dead[i].shape[0] != ref.dead_rows:
+            dead_name = write_dead(directory, ref.id, plan.dead[i])
+            ref = SegmentRef(ref.id, ref.rows, dead_name, int(plan.dead[i].shape[0]))
+        new_refs.append(ref)
+    take = plan.into_new
+    if take.any():
+        vectors = _gather_vectors(segments, plan, fetched, db.dim)
+        new_refs.append(
+            write_segment(
+                directory,
+                db.generation,
+                vectors,
+                db.rowids[take],
+                db.idents[take],
+                [p for p, t in zip(db.paths, take, strict=True) if t],
+                db.chunk_indexes[take],
+            )
+        )
+    manifest = Manifest(
+        index_uid=uid,
+        generation=db.generation,
+        model=db.model,
+        dim=db.dim,
+        source=source,
+        segments=tuple(new_refs),
+        published_at=time.time(),
+    )
+    write_manifest(directory, manifest)
+    collect_garbage(directory, keep=manifest.files() | (current.files() if current else set()))
+    log.info(
+        "vectors.published",
+        generation=db.generation,
+        action=plan.action,
+        segments=len(new_refs),
+        rows=manifest.rows,
+        tombstones=manifest.tombstones,
+        added=int(plan.added.sum()),
+        removed=plan.removed,
+        duration_ms=round(1000 * (time.perf_counter() - started), 1),
+    )
+    return PublishResult(manifest, plan.action, int(plan.added.sum()), plan.removed)
+
+
+@dataclass(slots=True)
+class _Plan:
+    action: str
+    # Per database row: index of the segment holding it (-1: not cached) and position.
+    source: np.ndarray
+    position: np.ndarray
+    added: np.ndarray
+    removed: int
+    # Per segment: all tombstoned positions after this publish.
+    dead: list[np.ndarray]
+    # Segments rewritten into the new segment.
+    rewrite: set[int]
+    # Per database row: goes into the new segment.
+    into_new: np.ndarray
+
+
+def _plan(segments: list[Segment], db: DbRows) -> _Plan:
+    n = db.idents.shape[0]
+    source = np.full(n, -1, dtype=np.int64)
+    position = np.full(n, -1, dtype=np.int64)
+    dead: list[np.ndarray] = []
+    removed = 0
+    for i, segment in enumerate(segments):
+        live = np.flatnonzero(segment.live_mask())
+        idents = np.asarray(segment.meta[live, META_IDENT])
+        present = np.isin(idents, db.idents)
+        gone = live[~present]
+        removed += int(gone.shape[0])
+        dead.append(np.union1d(segment.dead, gone).astype(np.int64))
+        kept, kept_idents = live[present], idents[present]
+        if kept.shape[0]:
+            order = np.argsort(kept_idents)
+            at = np.searchsorted(kept_idents[order], db.idents)
+            at = np.minimum(at, order.shape[0] - 1)
+            hit = kept_idents[order][at] == db.idents
+            source[hit] = i
+            position[hit] = kept[order][at[hit]]
+    added = source < 0
+
+    live_rows = [s.size - d.shape[0] for s, d in zip(segments, dead, strict=True)]
+    base_rows = segments[0].size if segments else 0
+    delta_rows = sum(s.size for s in segments[1:]) + int(added.sum())
+    tombstones = sum(d.shape[0] for d in dead)
+    if not segments or delta_rows + tombstones > COMPACT_FRACTION * base_rows:
+        action, rewrite = "full", set(range(len(segments)))
+    else:
+        rewrite = {i for i, live in enumerate(live_rows) if live == 0}
+        kept_count = len(segments) - len(rewrite)
+        if added.any() and kept_count + 1 > MAX_SEGMENTS:
+            action = "fold"
+            rewrite |= set(range(1, len(segments)))
+        else:
+            action = "delta"
+    into_new = added | np.isin(source, sorted(rewrite))
+    return _Plan(action, source, position, added, removed, dead, rewrite, into_new)
+
+
+def _gather_vectors(
+    segments: list[Segment], plan: _Plan, fetched: np.ndarray, dim: int
+) -> np.ndarray:
+    """Vectors of the rows that go into the new segment, in database (sorted) order."""
+    take = np.flatnonzero(plan.into_new)
+    out = np.empty((take.shape[0], dim), dtype=np.float32)
+    src = plan.source[take]
+    new_rows = src < 0
+    out[new_rows] = fetched
+    for i in np.unique(src[~new_rows]):
+        mine = src == i
+        out[mine] = segments[int(i)].vectors[plan.position[take[mine]]]
+    return out
+
+
+def collect_garbage(directory: Path, *, keep: set[str]) -> int:
+    """Delete cache files that ``keep`` does not name; old temporary files too."""
+    removed = 0
+    now = time.time()
+    for entry in os.scandir(directory):
+        name = entry.name
+        if name in keep or name in (MANIFEST_NAME, LOCK_NAME):
+            continue
+        if name.startswith(TMP_PREFIX):
+            try:
+                if now - entry.stat().st_mtime < TMP_MAX_AGE_SECONDS:
+                    continue
+            except FileNotFoundError:
+                continue
+        elif not name.endswith((".npy", ".json")):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+            removed += 1
+    return removed

@@ -1,0 +1,109 @@
+"""Proof: searches in another process never fail while a job edits, adds and deletes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rifflux_testing import REPO_ROOT, make_settings, wait_until
+
+from rifflux.index.indexer import Indexer
+from rifflux.search.service import SearchService
+from rifflux.vectors.publish import publish
+
+LOOP = Path(__file__).with_name("vector_search_loop.py")
+WORDS = [
+    "amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo",
+    "juniper", "kelp", "lagoon", "meadow", "nectar", "onyx", "pollen", "quartz", "raven",
+]  # fmt: skip
+EDIT_SECONDS = 8.0
+# Enough files that a run changes a few percent: delta segments and tombstones.
+START_FILES = 120
+
+
+def random_doc(rng: random.Random) -> str:
+    sections = [
+        f"## {rng.choice(WORDS)}\n\n" + " ".join(rng.choices(WORDS, k=rng.randint(8, 40)))
+        for _ in range(rng.randint(1, 4))
+    ]
+    return "# Notes\n\n" + "\n\n".join(sections) + "\n"
+
+
+def newest_file(db_path: Path, root: Path) -> Path:
+    """The file that owns the highest chunk rowid."""
+    with sqlite3.connect(db_path) as conn:
+        path = conn.execute(
+            "SELECT f.path FROM chunks c JOIN files f ON f.id = c.file_id ORDER BY c.id DESC"
+        ).fetchone()[0]
+    return root / Path(path).name
+
+
+def test_searches_in_another_process_only_return_resolvable_chunks_while_indexing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(7)
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(START_FILES):
+        (root / f"n{i:03d}.md").write_text(random_doc(rng))
+    # Small batches: every run writes several transactions before it publishes.
+    cfg = make_settings(tmp_path, min_chunk_chars=0, batch_target_bytes=600)
+    Indexer(cfg).run([root])
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    searcher = subprocess.Popen(
+        [sys.executable, str(LOOP), str(cfg.db_path), str(tmp_path), str(ready), str(stop)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(ready.exists, timeout=30)
+        runs = 0
+        next_id = START_FILES
+        deadline = time.monotonic() + EDIT_SECONDS
+        while time.monotonic() < deadline:
+            # One "job": its batches land one transaction at a time, it publishes at the end.
+            monkeypatch.setattr("rifflux.index.indexer.publish_quietly", lambda *a, **k: None)
+            files = sorted(root.glob("*.md"))
+            for path in rng.sample(files, 2):
+                path.write_text(random_doc(rng))
+            if len(files) > START_FILES - 20:
+                rng.choice(files).unlink()
+            for _ in range(rng.randint(0, 2)):
+                (root / f"n{next_id:03d}.md").write_text(random_doc(rng))
+                next_id += 1
+            Indexer(cfg).run([root])
+            # Rewriting the newest file hands its deleted chunks' rowids to new chunks.
+            newest_file(cfg.db_path, root).write_text(random_doc(rng))
+            Indexer(cfg).run([root])
+            time.sleep(0.1)
+            monkeypatch.undo()
+            publish(cfg.db_path, source="finalize")
+            runs += 1
+        stop.touch()
+        out, _ = searcher.communicate(timeout=60)
+    finally:
+        if searcher.poll() is None:
+            searcher.kill()
+            searcher.wait()
+    # The last line is the report (structlog writes its lines before it).
+    report = json.loads(out.decode().strip().splitlines()[-1])
+
+    assert report["error_count"] == 0, report["errors"]
+    assert runs >= 5
+    assert report["searches"] >= 50 and report["strict"] >= 25 and report["results"] > 0
+    assert report["states"].get("stale", 0) > 0, "the lagging-cache path was never exercised"
+    # The job has completed: a new chunk is the top semantic hit of the next search.
+    (root / "unique.md").write_text("# Unique\n\nxylophonic quixotry zeugmatic\n")
+    Indexer(cfg).run([root])
+    hits = SearchService(cfg).search("xylophonic quixotry zeugmatic", top_k=1, mode="semantic")
+    assert hits[0]["path"] == "docs/unique.md"
