@@ -29,38 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The query set of benchmarks/index_and_search.py, so the numbers compare.
+from index_and_search import QUERIES as SERVICE_QUERIES
+from index_and_search import percentile
+
 DIM = 384
 LIMIT = 20
 # Random rows are generated and normalised this many at a time.
 BLOCK_ROWS = 100_000
-# The query set of benchmarks/index_and_search.py, so the numbers compare.
-SERVICE_QUERIES = [
-    "how to write unit tests in python",
-    "terraform azure best practices",
-    "react component accessibility",
-    "security review checklist",
-    "github actions workflow caching",
-    "database migration strategy",
-    "prompt engineering guidelines",
-    "kubernetes deployment manifest",
-    "code review comments tone",
-    "docker image size optimisation",
-    "dotnet dependency injection",
-    "api rate limiting",
-    "refactoring legacy code",
-    "write documentation for a cli",
-    "performance profiling java",
-    "mcp server tools",
-    "commit message conventions",
-    "error handling in go",
-    "playwright end to end tests",
-    "sql injection prevention",
-]
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
 
 
 def proc_status() -> dict[str, int]:
