@@ -70,10 +70,13 @@ def main() -> int:
 
     configure_logging("WARNING")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rifflux-bench-"))
+    fresh = not (workdir / "index.db").exists()
+    # A reused index keeps the base directory it recorded when it was built.
     settings = Settings(
-        db_path=workdir / "index.db", base_dir=args.corpus.parent, embedding_backend=args.backend
+        db_path=workdir / "index.db",
+        base_dir=args.corpus.parent if fresh else None,
+        embedding_backend=args.backend,
     )
-    fresh = not settings.db_path.exists()
     indexer = Indexer(settings)
     report: dict[str, object] = {
         "machine": {
