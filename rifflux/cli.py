@@ -18,6 +18,7 @@ from typing import Any
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
+from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
 from rifflux.mcp.cli import add_serve_parser
 from rifflux.search.service import MODES, SearchService
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch.set_defaults(handler=cmd_watch)
 
     add_serve_parser(sub)
+    add_eval_parser(sub)
     return parser
 
 
