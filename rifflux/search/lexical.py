@@ -41,17 +41,33 @@ def build_match_query(text: str) -> str | None:
     return " OR ".join(f'"{term}"' for term in terms)
 
 
+# Extra FTS rows fetched past ``limit`` so ties at the cut can be ordered exactly.
+TIE_MARGIN = 16
+
+_TOP_SQL = (
+    "WITH top AS (SELECT rowid AS id, bm25(chunks_fts, {h}, {c}) AS score FROM chunks_fts "
+    "WHERE chunks_fts MATCH ? ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
+)
+
+
 def lexical_search(conn: sqlite3.Connection, text: str, limit: int) -> list[LexicalHit]:
-    """Best ``limit`` chunks by BM25 (SQLite's bm25(): lower is better), ties by path, index."""
+    """Best ``limit`` chunks by BM25 (SQLite's bm25(): lower is better), ties by path, index.
+
+    FTS5 ranks inside its own table first and only the top rows are joined for their
+    path; if rows tied with the last kept one may lie beyond the fetched window, the
+    window is widened until the tie-break is exact.
+    """
     match = build_match_query(text)
     if match is None or limit <= 0:
         return []
-    rows = conn.execute(
-        f"SELECT c.id, f.path, c.chunk_index, "
-        f"bm25(chunks_fts, {HEADING_WEIGHT}, {CONTENT_WEIGHT}) AS score "
-        "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-        "JOIN files f ON f.id = c.file_id "
-        "WHERE chunks_fts MATCH ? ORDER BY score, f.path, c.chunk_index LIMIT ?",
-        (match, limit),
-    ).fetchall()
-    return [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+    sql = _TOP_SQL.format(h=HEADING_WEIGHT, c=CONTENT_WEIGHT)
+    fetch = limit + TIE_MARGIN
+    while True:
+        rows = conn.execute(sql, (match, fetch)).fetchall()
+        hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+        if len(hits) < fetch or hits[-1].bm25 > hits[min(limit, len(hits)) - 1].bm25:
+            return hits[:limit]
+        fetch *= 4

@@ -201,3 +201,10 @@ def test_get_chunk_and_get_file(service: SearchService) -> None:
     file = service.get_file("docs/guide.md")
     assert [c["chunk_index"] for c in file["chunks"]] == list(range(len(file["chunks"])))
     assert len(file["sha256"]) == 64
+
+
+def test_ties_beyond_the_fetch_window_still_order_by_path(tmp_path: Path) -> None:
+    docs = {f"same-{i:02}.md": "# Same\n\nidentical walrus text\n" for i in range(40, 0, -1)}
+    service = build(tmp_path, docs)
+    results = service.search("walrus", top_k=3, mode="lexical")
+    assert [r["path"] for r in results] == ["docs/same-01.md", "docs/same-02.md", "docs/same-03.md"]
