@@ -42,7 +42,7 @@ def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
     settings = Settings(
         db_path=workdir / "index.db", base_dir=corpus.parent, embedding_backend=backend
     )
-    env = worker_environment(settings)
+    env = worker_environment(settings, processes)
     env["RIFFLUX_ONNX_THREADS"] = str(threads)
     env["RIFFLUX_LOG_LEVEL"] = "WARNING"
     pool = subprocess.Popen(

@@ -203,9 +203,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from rifflux.queue.client import worker_command, worker_environment
 
     settings = _settings(args)
-    command = worker_command(args.processes or settings.workers, args.threads, args.queues or ())
+    processes = args.processes or settings.workers
+    command = worker_command(processes, args.threads, args.queues or ())
     # Replace this process so signals from honcho or systemd reach dramatiq directly.
-    os.execvpe(command[0], command, worker_environment(settings))
+    os.execvpe(command[0], command, worker_environment(settings, processes))
     return 0
 
 

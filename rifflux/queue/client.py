@@ -84,12 +84,25 @@ def worker_command(processes: int, threads: int = 1, queues: Sequence[str] = ())
     return command
 
 
-def worker_environment(settings: Settings) -> dict[str, str]:
+def onnx_threads_per_worker(settings: Settings, processes: int) -> int:
+    """ONNX intra-op threads for each of ``processes`` workers: the cores split evenly.
+
+    Measured on 2 cores (BENCHMARKS.md, worker topology): one single-threaded ONNX
+    session per core beats one process using both cores.
+    """
+    if settings.onnx_threads:
+        return settings.onnx_threads
+    return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
+def worker_environment(settings: Settings, processes: int | None = None) -> dict[str, str]:
     """The environment that points workers at this front process's index and broker."""
     env = dict(os.environ)
     env["RIFFLUX_DB_PATH"] = str(settings.db_path.resolve())
     env["RIFFLUX_BROKER_URL"] = settings.resolved_broker_url
     env["RIFFLUX_EMBEDDING_BACKEND"] = settings.embedding_backend
+    count = processes or settings.workers
+    env["RIFFLUX_ONNX_THREADS"] = str(onnx_threads_per_worker(settings, count))
     return env
 
 
@@ -215,7 +228,7 @@ class IndexQueue:
             log_file = log_path.open("ab")
             process = subprocess.Popen(
                 worker_command(count),
-                env=worker_environment(self.settings),
+                env=worker_environment(self.settings, count),
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
