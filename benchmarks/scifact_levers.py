@@ -1,7 +1,8 @@
 """Retrieval-quality levers on a BEIR dataset (SciFact train qrels by default).
 
-    python benchmarks/scifact_levers.py                      # every experiment
+    python benchmarks/scifact_levers.py --list               # experiment names
     python benchmarks/scifact_levers.py --only rrf-k20 minmax-a0.3
+    python benchmarks/scifact_levers.py                      # all (~40 min on 2 cores)
     python benchmarks/scifact_levers.py --index breadcrumb   # another index variant
     python benchmarks/scifact_levers.py --top-k 10           # the depth a user searches at
 
@@ -33,6 +34,7 @@ from rifflux.config import Settings
 from rifflux.eval import beir
 from rifflux.eval.lab import (
     Feedback,
+    Fusion,
     Lab,
     lexical_variant,
     max_scaled,
@@ -49,6 +51,7 @@ DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
 MODES = ("lexical", "semantic", "hybrid")
 
 SearchFactory = Callable[[Lab], ChunkSearch]
+CORE_EMBEDDING_INPUT = prepare.embedding_input
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def experiments() -> list[Experiment]:
                     {"hybrid": lambda lab, a=alpha, f=normalise: lab.hybrid(score_fusion(a, f))},
                 )
             )
-    for k, lw in ((10, 1.5), (20, 1.5), (10, 2.0), (20, 2.0)):
+    for k, lw in ((k, lw) for k in (5, 10, 20, 30) for lw in (1.25, 1.5, 2.0)):
         found.append(
             Experiment(
                 f"rrf-k{k}-w{lw:g}-1",
@@ -131,16 +134,62 @@ def experiments() -> list[Experiment]:
                 {"hybrid": lambda lab, k=k, lw=lw: lab.hybrid(rrf_fusion(k, lw, 1.0))},
             )
         )
-    for beta, depth in ((0.5, 3), (1.0, 3), (1.0, 5)):
-        feedback = Feedback(beta, depth, "hybrid")
+    for beta, depth, source in (
+        (0.5, 3, "hybrid"),
+        (1.0, 3, "hybrid"),
+        (1.0, 5, "hybrid"),
+        (0.5, 3, "lexical"),
+        (1.0, 3, "lexical"),
+    ):
+        feedback = Feedback(beta, depth, source)
         found.append(
             Experiment(
-                f"prf-b{beta:g}-d{depth}",
-                f"semantic query + {beta:g} x mean of hybrid top-{depth} chunk vectors",
+                f"prf-{source[:3]}-b{beta:g}-d{depth}",
+                f"semantic query + {beta:g} x mean of {source} top-{depth} chunk vectors, RRF",
                 {
                     "semantic": lambda lab, f=feedback: lab.semantic(f),
-                    "hybrid": lambda lab, f=feedback: lab.hybrid_feedback(f),
+                    "hybrid": lambda lab, f=feedback: lab.hybrid(rrf_fusion(60), feedback=f),
                 },
+            )
+        )
+    # Combinations of the levers that helped on their own.
+    tuned_lexical = {"heading_weight": 3.0, "drop_stop_words": True}
+    combos: list[tuple[str, str, Fusion, Feedback | None]] = [
+        ("rrf-k5-w1.25", "RRF k=5, weights 1.25/1", rrf_fusion(5, 1.25), None),
+        ("rrf-k10-w1.5", "RRF k=10, weights 1.5/1", rrf_fusion(10, 1.5), None),
+        ("minmax-a0.6", "min-max alpha 0.6", score_fusion(0.6), None),
+        ("maxnorm-a0.5", "maxnorm alpha 0.5", score_fusion(0.5, max_scaled), None),
+    ]
+    for fusion_name, fusion_setting, fusion, _ in list(combos):
+        for source in ("lexical", "hybrid"):
+            feedback = Feedback(0.5, 3, source)
+            combos.append(
+                (
+                    f"{fusion_name}-prf-{source[:3]}",
+                    f"{fusion_setting} + PRF 0.5 x {source} top-3",
+                    fusion,
+                    feedback,
+                )
+            )
+    for name, setting, fusion, feedback in combos:
+        found.append(
+            Experiment(
+                f"combo-{name}",
+                f"heading 3, stop words dropped, {setting}",
+                {
+                    "lexical": core("lexical"),
+                    "hybrid": lambda lab, f=fusion, fb=feedback: lab.hybrid(f, feedback=fb),
+                },
+                tuned_lexical,
+            )
+        )
+        if feedback is None:
+            continue  # the same fusion without the lexical changes is listed above
+        found.append(
+            Experiment(
+                f"plain-{name}",
+                setting,
+                {"hybrid": lambda lab, f=fusion, fb=feedback: lab.hybrid(f, feedback=fb)},
             )
         )
     return found
@@ -153,15 +202,16 @@ def breadcrumb_input(heading_path: str, content: str) -> str:
     return content
 
 
-def breadcrumb_always_input(heading_path: str, content: str) -> str:
-    return f"{heading_path}\n\n{content}" if heading_path else content
-
-
 INDEX_VARIANTS: dict[str, tuple[dict[str, Any], Callable[[str, str], str] | None]] = {
     "default": ({}, None),
     "breadcrumb": ({}, breadcrumb_input),
-    "breadcrumb-always": ({}, breadcrumb_always_input),
     "chunk2000": ({"max_chunk_chars": 2000}, None),
+    "chunk2000-breadcrumb": ({"max_chunk_chars": 2000}, breadcrumb_input),
+}
+# A variant with the same chunks as another starts from a copy of that one's index.
+SEED_FROM = {
+    "breadcrumb": "default",
+    "chunk2000-breadcrumb": "chunk2000",
 }
 
 
@@ -169,8 +219,7 @@ INDEX_VARIANTS: dict[str, tuple[dict[str, Any], Callable[[str, str], str] | None
 def index_variant(name: str) -> Iterator[dict[str, Any]]:
     overrides, embed_input = INDEX_VARIANTS[name]
     saved = prepare.embedding_input
-    if embed_input is not None:
-        prepare.embedding_input = embed_input
+    prepare.embedding_input = embed_input or CORE_EMBEDDING_INPUT
     try:
         yield overrides
     finally:
@@ -201,21 +250,28 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="experiment names (default: all)")
     parser.add_argument("--cache-dir", type=Path)
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--list", action="store_true", help="print experiment names and exit")
     args = parser.parse_args()
+
+    if args.list:
+        for experiment in experiments():
+            print(f"{experiment.name:<28}{experiment.setting}")
+        return 0
 
     chosen = [e for e in experiments() if not args.only or e.name in args.only]
     if not chosen:
-        parser.error(f"no experiment named {args.only}; see the list with --help or the source")
+        parser.error(f"no experiment named {args.only}; --list shows the names")
     qrels_path = beir.resolve_qrels(args.dataset, args.qrels)
     qrels = beir.load_qrels(qrels_path)
     queries = judged_queries(beir.load_queries(args.dataset), qrels)
     with index_variant(args.index) as overrides:
         settings = Settings.from_env().with_overrides(**overrides)
         seeded = False
-        if args.index.startswith("breadcrumb"):
-            # Same chunks as the default index: copy it, re-embed only what changed.
-            with index_variant("default"):
-                base = beir.cache_dir_for(args.dataset, settings, args.cache_dir)
+        if args.index in SEED_FROM:
+            # Same chunks as another variant: copy its index, re-embed only what changed.
+            with index_variant(SEED_FROM[args.index]) as seed_overrides:
+                seed_settings = Settings.from_env().with_overrides(**seed_overrides)
+                base = beir.cache_dir_for(args.dataset, seed_settings, args.cache_dir)
             target = beir.cache_dir_for(args.dataset, settings, args.cache_dir)
             seeded = seed_cache(base, target)
         index = prepare_index(args.dataset, settings, cache_root=args.cache_dir, force=seeded)

@@ -19,7 +19,7 @@ from pathlib import Path
 from rifflux.config import Settings
 from rifflux.embed.factory import embedder_label_for
 from rifflux.errors import RiffluxError
-from rifflux.index.prepare import embedding_input
+from rifflux.index import prepare
 
 CACHE_ENV = "RIFFLUX_EVAL_CACHE_DIR"
 DEFAULT_CACHE_ROOT = Path("~/.cache/rifflux/eval")
@@ -159,7 +159,7 @@ def index_fingerprint(settings: Settings) -> dict[str, object]:
         "min_chunk_chars": settings.min_chunk_chars,
         "embedder": embedder_label_for(settings),
         # A probe of the embedding input: changing what is embedded changes the key.
-        "embedding_input": embedding_input("Heading > Sub", "Content."),
+        "embedding_input": prepare.embedding_input("Heading > Sub", "Content."),
     }
 
 

@@ -109,8 +109,12 @@ def prepare_index(
     *,
     cache_root: Path | None = None,
     progress_stream: TextIO | None = None,
+    force: bool = False,
 ) -> EvalIndex:
-    """Materialise the corpus (once) and bring its index up to date (a no-op when cached)."""
+    """Materialise the corpus (once) and bring its index up to date (a no-op when cached).
+
+    ``force`` re-chunks every document; vectors of unchanged embedding inputs are reused.
+    """
     cache_dir = beir.cache_dir_for(dataset_dir, settings, cache_root)
     doc_of_path = beir.materialise(dataset_dir, cache_dir)
     indexed = eval_settings(settings, cache_dir)
@@ -118,7 +122,7 @@ def prepare_index(
     bar = ProgressLine(progress_stream or sys.stderr, "indexing", "files")
     try:
         report = Indexer(indexed, embedder=embedder).run(
-            [cache_dir / beir.DOCS_DIR], progress=bar.update
+            [cache_dir / beir.DOCS_DIR], force=force, progress=bar.update
         )
     finally:
         bar.close()

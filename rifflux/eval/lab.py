@@ -1,0 +1,347 @@
+"""Retrieval experiments on a cached eval index: the levers ``benchmarks/scifact_levers.py``
+measures before any of them becomes a default.
+
+Every experiment runs the real search code with one thing changed. Lexical query building
+and bm25() column weights are patched on :mod:`rifflux.search.lexical` for the duration of
+a ``with`` block. Fusions (the core's RRF with other parameters; min-max, z-score and
+max-scaled score fusion) and vector pseudo-relevance feedback are pure functions applied
+to the same candidate lists the core fuses, fetched through the core's ``SearchService``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rifflux.embed.base import Embedder, l2_normalise
+from rifflux.eval import beir
+from rifflux.eval.runner import ChunkSearch, EvalIndex
+from rifflux.search import lexical
+from rifflux.search.fusion import rrf_fuse
+from rifflux.search.service import SearchService
+
+# A common English stop-word list (Lucene's EnglishAnalyzer set plus frequent function
+# words): only the query side drops them, the index still holds every word.
+_STOP_WORDS_TEXT = """
+a an and are as at be but by for if in into is it no not of on or such that the their then
+there these they this to was will with what which who whom whose why how when where do does
+did has have had been being were its than from can could should would may might must shall
+we you your our he she his her them those i me my
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+
+
+Hit = tuple[tuple[str, int], float]
+"""A chunk key ``(path, chunk_index)`` and a higher-is-better score."""
+
+
+class MemoEmbedder:
+    """Wraps an embedder and remembers each text's vector (queries repeat across runs)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.label = inner.label
+        self.dim = inner.dim
+        self._memo: dict[str, np.ndarray] = {}
+
+    def embed_batch(self, texts: list[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        if missing:
+            for text, vec in zip(missing, self.inner.embed_batch(missing), strict=True):
+                self._memo[text] = vec
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self._memo[t] for t in texts])
+
+    @contextmanager
+    def substitute(self, text: str, vector: np.ndarray) -> Iterator[None]:
+        """Within the block, ``text`` embeds as ``vector``."""
+        saved = self._memo.get(text)
+        self._memo[text] = np.asarray(vector, np.float32)
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self._memo[text]
+            else:
+                self._memo[text] = saved
+
+
+@contextmanager
+def lexical_variant(
+    heading_weight: float = 1.0, content_weight: float = 1.0, drop_stop_words: bool = False
+) -> Iterator[None]:
+    """Run the core lexical search with other bm25() column weights / query terms."""
+    saved = (lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.query_terms)
+    original_terms = lexical.query_terms
+
+    def terms_without_stop_words(text: str) -> list[str]:
+        terms = original_terms(text)
+        kept = [t for t in terms if t not in STOP_WORDS]
+        return kept or terms
+
+    lexical.HEADING_WEIGHT = heading_weight
+    lexical.CONTENT_WEIGHT = content_weight
+    if drop_stop_words:
+        lexical.query_terms = terms_without_stop_words
+    try:
+        yield
+    finally:
+        lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.query_terms = saved
+
+
+def minmax(scores: Sequence[float]) -> list[float]:
+    """Scores rescaled to [0, 1] over the list (all 1.0 when they are equal)."""
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high == low:
+        return [1.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
+
+def zscore(scores: Sequence[float]) -> list[float]:
+    """Scores as standard deviations from their mean over the list (0.0 when all equal)."""
+    if not scores:
+        return []
+    mu = sum(scores) / len(scores)
+    sd = (sum((s - mu) ** 2 for s in scores) / len(scores)) ** 0.5
+    return [(s - mu) / sd if sd > 0 else 0.0 for s in scores]
+
+
+def max_scaled(scores: Sequence[float]) -> list[float]:
+    """Scores divided by the best one (no dependence on how deep the list goes)."""
+    if not scores:
+        return []
+    high = max(scores)
+    return [s / high for s in scores] if high > 0 else [0.0] * len(scores)
+
+
+Normaliser = Callable[[Sequence[float]], list[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredKey:
+    """A fused chunk key and its fused score."""
+
+    key: tuple[str, int]
+    score: float
+
+
+def score_fuse(
+    lexical_hits: Sequence[Hit],
+    semantic_hits: Sequence[Hit],
+    *,
+    alpha: float,
+    normalise: Normaliser = minmax,
+) -> list[ScoredKey]:
+    """``alpha`` · norm(lexical) + (1 − alpha) · norm(semantic); higher is better.
+
+    Inputs are (key, score) best-first with higher-is-better scores (negate SQLite's
+    bm25()). A key missing from one list gets that list's lowest normalised score (0 for
+    min-max). Ties order by key.
+    """
+    parts = []
+    for hits, weight in ((lexical_hits, alpha), (semantic_hits, 1.0 - alpha)):
+        normed = normalise([score for _, score in hits])
+        floor = min(normed, default=0.0)
+        parts.append((weight, floor, dict(zip((key for key, _ in hits), normed, strict=True))))
+    keys = {key for _, _, scores in parts for key in scores}
+    ranked = [
+        ScoredKey(key, sum(w * scores.get(key, floor) for w, floor, scores in parts))
+        for key in keys
+    ]
+    ranked.sort(key=lambda hit: (-hit.score, hit.key))
+    return ranked
+
+
+def rocchio(query: np.ndarray, feedback: np.ndarray, beta: float) -> np.ndarray:
+    """``query + beta · mean(feedback rows)``, L2-normalised (vector pseudo-relevance)."""
+    moved = np.asarray(query, np.float32) + beta * feedback.mean(axis=0)
+    norm = float(np.linalg.norm(moved))
+    return moved / norm if norm > 0 else moved
+
+
+Fusion = Callable[[Sequence[Hit], Sequence[Hit]], list[tuple[str, int]]]
+"""Lexical and semantic candidates, best first → fused chunk keys, best first."""
+
+
+def rrf_fusion(k: int = 60, lexical_weight: float = 1.0, semantic_weight: float = 1.0) -> Fusion:
+    """The core's RRF (:func:`rifflux.search.fusion.rrf_fuse`) as a :data:`Fusion`."""
+
+    def fuse(lex: Sequence[Hit], sem: Sequence[Hit]) -> list[tuple[str, int]]:
+        fused = rrf_fuse(
+            [key for key, _ in lex],
+            [key for key, _ in sem],
+            k=k,
+            lexical_weight=lexical_weight,
+            semantic_weight=semantic_weight,
+        )
+        return [hit.key for hit in fused]
+
+    return fuse
+
+
+def score_fusion(alpha: float, normalise: Normaliser = minmax) -> Fusion:
+    """:func:`score_fuse` as a :data:`Fusion`."""
+
+    def fuse(lex: Sequence[Hit], sem: Sequence[Hit]) -> list[tuple[str, int]]:
+        return [hit.key for hit in score_fuse(lex, sem, alpha=alpha, normalise=normalise)]
+
+    return fuse
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """Vector pseudo-relevance feedback: move the query towards its first-pass top chunks."""
+
+    beta: float
+    depth: int
+    source: str = "hybrid"  # the first pass: "lexical" or "hybrid" (the same fusion)
+
+
+class Lab:
+    """Chunk searches over one eval index: the core's, and variants of its hybrid."""
+
+    def __init__(self, index: EvalIndex) -> None:
+        self.index = index
+        self.embedder = MemoEmbedder(index.embedder)
+        self.service = SearchService(index.settings, embedder=self.embedder)
+        # Candidate lists are reused across fusion experiments: (depth asked, hits).
+        self._lexical_memo: dict[tuple[Any, ...], tuple[int, list[Hit]]] = {}
+        self._semantic_memo: dict[str, list[Hit]] = {}
+
+    def close(self) -> None:
+        self.service.close()
+
+    def warm_queries(self, texts: Sequence[str]) -> None:
+        """Embed every query in one batch, so runs time the search, not the model."""
+        self.embedder.embed_batch(list(texts))
+
+    def core(self, mode: str) -> ChunkSearch:
+        """The unchanged core search in ``mode``."""
+
+        def search(query: str, n: int) -> list[str]:
+            return [hit["path"] for hit in self.service.search(query, top_k=n, mode=mode)]
+
+        return search
+
+    def lexical_hits(self, query: str, depth: int) -> list[Hit]:
+        """Core BM25 candidates (as patched by :func:`lexical_variant`), remembered."""
+        memo_key = (lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.query_terms, query)
+        cached = self._lexical_memo.get(memo_key)
+        if cached is None or (len(cached[1]) < depth and cached[0] < depth):
+            conn = self.service.connection()
+            hits = [(hit.key, -hit.bm25) for hit in lexical.lexical_search(conn, query, depth)]
+            cached = (depth, hits)
+            self._lexical_memo[memo_key] = cached
+        return cached[1][:depth]
+
+    def semantic_hits(self, query: str, depth: int) -> list[Hit]:
+        """Core cosine candidates, remembered."""
+        cached = self._semantic_memo.get(query)
+        if cached is None or len(cached) < depth:
+            results = self.service.search(query, top_k=depth, mode="semantic")
+            cached = [
+                ((hit["path"], hit["chunk_index"]), hit["score_breakdown"]["cosine"])
+                for hit in results
+            ]
+            self._semantic_memo[query] = cached
+        return cached[:depth]
+
+    def stored_vectors(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
+        """The indexed (unit) vectors of chunks ``keys``, read from SQLite."""
+        conn = self.service.connection()
+        rows = [
+            conn.execute(
+                "SELECT e.vec FROM embeddings e JOIN chunks c ON c.chunk_id = e.chunk_id "
+                "JOIN files f ON f.id = c.file_id WHERE f.path = ? AND c.chunk_index = ?",
+                key,
+            ).fetchone()
+            for key in keys
+        ]
+        vectors = [np.frombuffer(row[0], dtype="<f4") for row in rows if row is not None]
+        return l2_normalise(np.stack(vectors)) if vectors else np.zeros((0, self.embedder.dim))
+
+    def moved_semantic_hits(
+        self, query: str, first_pass: Sequence[tuple[str, int]], feedback: Feedback, depth: int
+    ) -> list[Hit]:
+        """Cosine candidates for the query vector moved towards ``first_pass[:depth]``."""
+        feedback_rows = self.stored_vectors(first_pass[: feedback.depth])
+        if feedback_rows.shape[0] == 0:
+            return self.semantic_hits(query, depth)
+        vec = rocchio(self.embedder.embed_batch([query])[0], feedback_rows, feedback.beta)
+        with self.embedder.substitute(query, vec):
+            results = self.service.search(query, top_k=depth, mode="semantic")
+        return [
+            ((hit["path"], hit["chunk_index"]), hit["score_breakdown"]["cosine"]) for hit in results
+        ]
+
+    def _first_pass(
+        self, lex: Sequence[Hit], sem: Sequence[Hit], fusion: Fusion, feedback: Feedback
+    ) -> list[tuple[str, int]]:
+        if feedback.source == "lexical":
+            return [key for key, _ in lex]
+        return fusion(lex, sem)
+
+    def semantic(self, feedback: Feedback, fusion: Fusion | None = None) -> ChunkSearch:
+        """Semantic search with the query vector moved by ``feedback``; a hybrid first
+        pass fuses with ``fusion`` (default: the core's RRF)."""
+        first_fusion = fusion or rrf_fusion()
+        mult = self.service.settings.candidate_multiplier
+
+        def search(query: str, n: int) -> list[str]:
+            lex = self.lexical_hits(query, n * mult)
+            sem = self.semantic_hits(query, n * mult)
+            first = self._first_pass(lex, sem, first_fusion, feedback)
+            return [key[0] for key, _ in self.moved_semantic_hits(query, first, feedback, n)]
+
+        return search
+
+    def hybrid(
+        self, fusion: Fusion, *, multiplier: int | None = None, feedback: Feedback | None = None
+    ) -> ChunkSearch:
+        """Hybrid search as the core does it, with another fusion or candidate depth, and
+        optionally the semantic list re-run with a feedback-moved query vector."""
+        mult = multiplier or self.service.settings.candidate_multiplier
+
+        def search(query: str, n: int) -> list[str]:
+            lex = self.lexical_hits(query, n * mult)
+            sem = self.semantic_hits(query, n * mult)
+            if feedback is not None:
+                first = self._first_pass(lex, sem, fusion, feedback)
+                sem = self.moved_semantic_hits(query, first, feedback, n * mult)
+            return [key[0] for key in fusion(lex, sem)[:n]]
+
+        return search
+
+
+def seed_cache(source: Path, target: Path) -> bool:
+    """Start ``target``'s index as a copy of ``source``'s (same documents, same mtimes),
+    so a forced re-index re-embeds only the chunks whose embedding input changed.
+
+    False when ``target`` already has an index. Delete ``target`` if that forced
+    re-index was interrupted.
+    """
+    if (target / beir.DB_NAME).exists() or not (source / beir.DB_NAME).exists():
+        return False
+    target.mkdir(parents=True, exist_ok=True)
+    # The backup API copies a consistent state, including what is still in the WAL.
+    source_db = sqlite3.connect(source / beir.DB_NAME)
+    target_db = sqlite3.connect(target / beir.DB_NAME)
+    try:
+        source_db.backup(target_db)
+    finally:
+        target_db.close()
+        source_db.close()
+    if not (target / beir.DOCS_DIR).exists():
+        shutil.copytree(source / beir.DOCS_DIR, target / beir.DOCS_DIR, copy_function=shutil.copy2)
+    shutil.copy2(source / beir.READY_MARKER, target / beir.READY_MARKER)
+    return True
