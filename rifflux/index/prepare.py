@@ -94,7 +94,13 @@ class PreparedBatch:
 
 
 def embedding_input(heading_path: str, content: str) -> str:
-    """The text given to the embedder for one chunk."""
+    """The text given to the embedder for one chunk.
+
+    A chunk that does not open with a heading continues a section whose heading is in an
+    earlier chunk: its heading breadcrumb goes first, so its vector knows the section.
+    """
+    if heading_path and not content.startswith("#"):
+        return f"{heading_path}\n\n{content}"
     return content
 
 

@@ -19,7 +19,7 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError
-from rifflux.search.fusion import rrf_fuse
+from rifflux.search.fusion import maxnorm_fuse, rrf_fuse
 from rifflux.search.lexical import lexical_search
 from rifflux.store.connection import open_index
 from rifflux.store.writer import current_generation, get_metadata
@@ -142,24 +142,39 @@ class SearchService:
         lexical = lexical_search(conn, query, limit)
         row_by_key = {h.key: h.row_id for h in lexical}
         row_by_key.update({h.key: h.row_id for h in semantic})
-        fused = rrf_fuse(
-            [h.key for h in lexical],
-            [h.key for h in semantic],
-            k=self.settings.rrf_k,
-            lexical_weight=self.settings.lexical_weight,
-            semantic_weight=self.settings.semantic_weight,
-        )[:top_k]
-        rows = self._rows(conn, [row_by_key[f.key] for f in fused])
+        scored: list[tuple[Any, dict[str, float]]]
+        if self.settings.fusion == "maxnorm":
+            # SQLite's bm25() is negative, lower is better: negated, higher is better.
+            scored = [
+                (f, {"maxnorm": f.score})
+                for f in maxnorm_fuse(
+                    [(h.key, -h.bm25) for h in lexical],
+                    [(h.key, h.cosine) for h in semantic],
+                    alpha=self.settings.fusion_alpha,
+                )[:top_k]
+            ]
+        else:
+            scored = [
+                (f, {"rrf": f.rrf})
+                for f in rrf_fuse(
+                    [h.key for h in lexical],
+                    [h.key for h in semantic],
+                    k=self.settings.rrf_k,
+                    lexical_weight=self.settings.lexical_weight,
+                    semantic_weight=self.settings.semantic_weight,
+                )[:top_k]
+            ]
+        rows = self._rows(conn, [row_by_key[f.key] for f, _ in scored])
         return [
             {
                 **rows[row_by_key[f.key]],
                 "score_breakdown": {
-                    "rrf": f.rrf,
+                    **score,
                     "lexical_rank": f.lexical_rank,
                     "semantic_rank": f.semantic_rank,
                 },
             }
-            for f in fused
+            for f, score in scored
             if row_by_key[f.key] in rows  # Vector cache: drop chunks deleted meanwhile.
         ]
 

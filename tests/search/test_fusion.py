@@ -1,7 +1,9 @@
+from itertools import pairwise
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rifflux.search.fusion import rrf_contribution, rrf_fuse
+from rifflux.search.fusion import max_scaled, maxnorm_fuse, rrf_contribution, rrf_fuse
 
 keys = st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 5)), unique=True, max_size=12)
 
@@ -65,3 +67,36 @@ def test_fused_is_union_sorted_by_score_then_key(lexical: list, semantic: list) 
 def test_a_chunk_in_both_lists_outranks_the_same_ranks_in_one(lexical: list) -> None:
     fused = rrf_fuse(lexical, lexical)
     assert [hit.key for hit in fused] == lexical
+
+
+def test_max_scaling_divides_by_the_best_score() -> None:
+    assert max_scaled([4.0, 2.0, 1.0]) == [1.0, 0.5, 0.25]
+    assert max_scaled([-1.0, -2.0]) == [0.0, 0.0]
+    assert max_scaled([]) == []
+
+
+def test_maxnorm_weighs_scaled_scores_and_floors_missing_keys() -> None:
+    # Lexical scaled: a 1.0, b 0.5; semantic scaled: b 1.0, c 0.25 (c has no lexical score:
+    # it takes lexical's floor 0.5; a takes semantic's floor 0.25).
+    lexical = [(("a", 0), 8.0), (("b", 0), 4.0)]
+    semantic = [(("b", 0), 0.8), (("c", 0), 0.2)]
+    fused = maxnorm_fuse(lexical, semantic, alpha=0.5)
+    assert [(h.key, h.score) for h in fused] == [
+        (("b", 0), 0.75),
+        (("a", 0), 0.625),
+        (("c", 0), 0.375),
+    ]
+    assert (fused[0].lexical_rank, fused[0].semantic_rank) == (2, 1)
+    assert (fused[1].lexical_rank, fused[1].semantic_rank) == (1, None)
+    assert (fused[2].lexical_rank, fused[2].semantic_rank) == (None, 2)
+
+
+@given(keys, keys, st.floats(0.0, 1.0))
+def test_maxnorm_keeps_every_key_once_best_first(
+    lexical: list[tuple[str, int]], semantic: list[tuple[str, int]], alpha: float
+) -> None:
+    lex = [(key, float(len(lexical) - i)) for i, key in enumerate(lexical)]
+    sem = [(key, 1.0 / (i + 1)) for i, key in enumerate(semantic)]
+    fused = maxnorm_fuse(lex, sem, alpha=alpha)
+    assert sorted(h.key for h in fused) == sorted(set(lexical) | set(semantic))
+    assert all(a.score >= b.score for a, b in pairwise(fused))

@@ -100,10 +100,24 @@ def test_semantic_orders_by_cosine_descending(service: SearchService) -> None:
 
 
 def test_hybrid_score_is_rrf_of_the_ranks(service: SearchService) -> None:
+    assert service.settings.rrf_k == 60  # the contract's default
     for result in service.search("install the package", top_k=5):
         b = result["score_breakdown"]
-        expected = sum(1 / (60 + r) for r in (b["lexical_rank"], b["semantic_rank"]) if r)
+        k = service.settings.rrf_k
+        expected = sum(1 / (k + r) for r in (b["lexical_rank"], b["semantic_rank"]) if r)
         assert b["rrf"] == pytest.approx(expected)
+
+
+def test_maxnorm_fusion_orders_by_its_score_and_names_it(tmp_path: Path) -> None:
+    service = build(tmp_path, fusion="maxnorm")
+    results = service.search("install the package", top_k=5)
+    assert results
+    scores = [r["score_breakdown"]["maxnorm"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    for result in results:
+        assert set(result) == RESULT_KEYS
+        assert set(result["score_breakdown"]) == {"maxnorm", "lexical_rank", "semantic_rank"}
+        assert 0.0 <= result["score_breakdown"]["maxnorm"] <= 1.0 + 1e-9
 
 
 def test_each_modality_fetches_top_k_times_multiplier(tmp_path: Path) -> None:
