@@ -81,10 +81,10 @@ def experiments() -> list[Experiment]:
         )
     found.append(
         Experiment(
-            "stopwords",
-            "drop English stop words from the query",
+            "keep-stopwords",
+            "keep English stop words in the query (the core drops them)",
             lex_hybrid,
-            {"drop_stop_words": True},
+            {"drop_stop_words": False},
         )
     )
     for k in (5, 10, 20, 40, 100):

@@ -27,17 +27,6 @@ from rifflux.search import lexical
 from rifflux.search.fusion import rrf_fuse
 from rifflux.search.service import SearchService
 
-# A common English stop-word list (Lucene's EnglishAnalyzer set plus frequent function
-# words): only the query side drops them, the index still holds every word.
-_STOP_WORDS_TEXT = """
-a an and are as at be but by for if in into is it no not of on or such that the their then
-there these they this to was will with what which who whom whose why how when where do does
-did has have had been being were its than from can could should would may might must shall
-we you your our he she his her them those i me my
-"""
-STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-
-
 Hit = tuple[tuple[str, int], float]
 """A chunk key ``(path, chunk_index)`` and a higher-is-better score."""
 
@@ -76,25 +65,18 @@ class MemoEmbedder:
 
 @contextmanager
 def lexical_variant(
-    heading_weight: float = 1.0, content_weight: float = 1.0, drop_stop_words: bool = False
+    heading_weight: float = 1.0, content_weight: float = 1.0, drop_stop_words: bool = True
 ) -> Iterator[None]:
-    """Run the core lexical search with other bm25() column weights / query terms."""
-    saved = (lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.query_terms)
-    original_terms = lexical.query_terms
-
-    def terms_without_stop_words(text: str) -> list[str]:
-        terms = original_terms(text)
-        kept = [t for t in terms if t not in STOP_WORDS]
-        return kept or terms
-
+    """Run the core lexical search with other bm25() column weights / stop-word handling."""
+    saved = (lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.STOP_WORDS)
     lexical.HEADING_WEIGHT = heading_weight
     lexical.CONTENT_WEIGHT = content_weight
-    if drop_stop_words:
-        lexical.query_terms = terms_without_stop_words
+    if not drop_stop_words:
+        lexical.STOP_WORDS = frozenset()
     try:
         yield
     finally:
-        lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.query_terms = saved
+        lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.STOP_WORDS = saved
 
 
 def minmax(scores: Sequence[float]) -> list[float]:

@@ -70,8 +70,10 @@ def test_lexical_variant_patches_the_core_and_restores_it() -> None:
         assert lexical.HEADING_WEIGHT == 3.0
         assert lexical.build_match_query("the role of p53") == '"role" OR "p53"'
         assert lexical.build_match_query("the of") == '"the" OR "of"'
+    with lexical_variant(drop_stop_words=False):
+        assert lexical.build_match_query("the p53") == '"the" OR "p53"'
     assert lexical.HEADING_WEIGHT == 1.0
-    assert lexical.build_match_query("the p53") == '"the" OR "p53"'
+    assert lexical.build_match_query("the p53") == '"p53"'
 
 
 def test_memo_embedder_embeds_each_text_once() -> None:
