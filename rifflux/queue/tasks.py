@@ -49,6 +49,10 @@ log = structlog.get_logger(__name__)
 
 # Bounded lists kept in a job's options for status display.
 MAX_SKIPPED_KEPT = 200
+# A job is split into at least this many batches when it has enough text...
+MIN_BATCHES = 16
+# ...but no batch is made smaller than this (one ONNX call's worth of chunks).
+MIN_BATCH_BYTES = 16_000
 
 SendBatch = Callable[[int, dict[str, Any]], None]
 
@@ -151,7 +155,8 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
             # Keep only what batching needs; the text is read again when sent.
             work = decision.work
             changed.append(FileWork(work.rel_path, work.mtime_ns, work.size_bytes, work.sha256, ""))
-    batches = [[w.rel_path for w in b] for b in batch_by_bytes(changed, cfg.batch_target_bytes)]
+    target = batch_bytes_for(sum(w.size_bytes for w in changed), cfg.batch_target_bytes)
+    batches = [[w.rel_path for w in b] for b in batch_by_bytes(changed, target)]
     apply_metadata_updates(conn, metadata)
     prune = (
         paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
@@ -188,6 +193,16 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
         prune=len(prune),
     )
     return True
+
+
+def batch_bytes_for(total_bytes: int, target_bytes: int) -> int:
+    """Batch size for a job: the target, smaller when needed to keep workers busy.
+
+    A small job split into only a few large batches would leave all but a few worker
+    processes idle; at least ``MIN_BATCHES`` batches (of at least ``MIN_BATCH_BYTES``)
+    spread it over every worker.
+    """
+    return max(MIN_BATCH_BYTES, min(target_bytes, total_bytes // MIN_BATCHES))
 
 
 def read_works(

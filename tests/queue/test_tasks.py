@@ -139,3 +139,9 @@ def test_prune_happens_at_finalize(tmp_path: Path) -> None:
     assert done is not None and (done.state, done.files_deleted) == ("completed", 1)
     conn = open_index(settings.db_path)
     assert conn.execute("SELECT COUNT(*) FROM files").fetchone()[0] == 4
+
+
+def test_small_jobs_are_split_to_keep_every_worker_busy() -> None:
+    assert tasks.batch_bytes_for(10_000_000, 256_000) == 256_000
+    assert tasks.batch_bytes_for(640_000, 256_000) == 40_000
+    assert tasks.batch_bytes_for(50_000, 256_000) == tasks.MIN_BATCH_BYTES
