@@ -6,6 +6,7 @@ one process (tests, ``rifflux eval``, and as the reference the workers must matc
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
 import time
@@ -149,6 +150,24 @@ class Indexer:
         force: bool = False,
         prune_missing: bool = True,
         progress: ProgressCallback | None = None,
+    ) -> IndexReport:
+        # Markdown parsing allocates millions of short-lived objects that are never cyclic;
+        # the cyclic collector's passes over them cost ~10% of a full index.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(roots, force=force, prune_missing=prune_missing, progress=progress)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _run(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        force: bool,
+        prune_missing: bool,
+        progress: ProgressCallback | None,
     ) -> IndexReport:
         started = time.perf_counter()
         root_paths = [Path(r) for r in roots]
