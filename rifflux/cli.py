@@ -11,7 +11,6 @@ import os
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from rifflux.errors import RiffluxError
 from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
 from rifflux.mcp.cli import add_serve_parser
+from rifflux.progress import ProgressLine
 from rifflux.search.service import MODES, SearchService
 
 EXIT_USAGE = 2
@@ -124,9 +124,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             return 0
         queue.ensure_workers(args.workers)
         job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
-        bar = ProgressBar(sys.stderr)
-        record = queue.wait(job_id, on_progress=bar.update)
-        bar.close()
+        on_progress, line = job_progress(sys.stderr)
+        record = queue.wait(job_id, on_progress=on_progress)
+        line.close()
     finally:
         queue.close()
     if args.json:
@@ -163,40 +163,15 @@ def _index_in_process(settings: Settings, roots: list[Path], args: argparse.Name
     return 0
 
 
-class ProgressBar:
-    """A one-line live progress display on a terminal; silent when not a terminal."""
+def job_progress(stream: Any) -> tuple[Callable[[Any], None], ProgressLine]:
+    """A progress callback for IndexQueue.wait drawing files, chunks and state."""
+    line = ProgressLine(stream, "indexing", "files")
 
-    WIDTH = 24
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.started = time.monotonic()
-        self.drawn = False
-
-    def update(self, record: Any) -> None:
-        if not self.enabled:
-            return
-        total = max(record.files_total, 1)
+    def update(record: Any) -> None:
         done = record.files_done + record.files_skipped + record.files_failed
-        fraction = min(done / total, 1.0) if record.files_total else 0.0
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = record.chunks_embedded / elapsed
-        eta = (elapsed / fraction - elapsed) if 0 < fraction < 1 else 0.0
-        filled = int(fraction * self.WIDTH)
-        line = (
-            f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{record.files_total} files"
-            f" · {record.chunks_embedded} chunks · {rate:.1f} chunks/s · ETA {eta:.0f}s"
-            f" · {record.state}"
-        )
-        self.stream.write(line.ljust(100))
-        self.stream.flush()
-        self.drawn = True
+        line.update(done, record.files_total, f"{record.chunks_embedded} chunks · {record.state}")
 
-    def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+    return update, line
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ from rifflux.embed.base import Embedder
 from rifflux.embed.factory import make_embedder
 from rifflux.eval import beir
 from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
-from rifflux.eval.progress import ProgressLine
 from rifflux.index.indexer import Indexer, IndexReport
+from rifflux.progress import ProgressLine
 from rifflux.search.service import SearchService, validate_mode, validate_top_k
 
 # nDCG and MRR are cut at 10 (BEIR's headline numbers); recall at the run's top_k.

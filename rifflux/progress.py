@@ -17,7 +17,7 @@ class ProgressLine:
         self.started = time.monotonic()
         self.drawn = False
 
-    def update(self, done: int, total: int) -> None:
+    def update(self, done: int, total: int, detail: str = "") -> None:
         if not self.enabled:
             return
         fraction = min(done / total, 1.0) if total > 0 else 1.0
@@ -28,6 +28,8 @@ class ProgressLine:
             f"\r{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
             f"{done}/{total} {self.unit} · {done / elapsed:.1f}/s · ETA {eta:.0f}s"
         )
+        if detail:
+            line += f" · {detail}"
         self.stream.write(line.ljust(90))
         self.stream.flush()
         self.drawn = True
