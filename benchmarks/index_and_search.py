@@ -20,7 +20,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
@@ -53,6 +55,25 @@ def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
     return ordered[index]
+
+
+def time_searches(service: Any, modes: Sequence[str], rounds: int) -> dict[str, object]:
+    """p50/p95 (ms) of ``rounds`` passes over QUERIES per mode, after one warm-up search."""
+    report: dict[str, object] = {}
+    for mode in modes:
+        service.search(QUERIES[0], top_k=10, mode=mode)  # warm-up: model load, cache build
+        timings = []
+        for _ in range(rounds):
+            for query in QUERIES:
+                t0 = time.perf_counter()
+                service.search(query, top_k=10, mode=mode)
+                timings.append((time.perf_counter() - t0) * 1000)
+        report[f"{mode}_ms"] = {
+            "p50": round(statistics.median(timings), 2),
+            "p95": round(percentile(timings, 0.95), 2),
+            "n": len(timings),
+        }
+    return report
 
 
 def main() -> int:
@@ -100,19 +121,7 @@ def main() -> int:
 
     service = SearchService(settings)
     report["chunks"] = service.counts()["chunks"]
-    for mode in ("lexical", "semantic", "hybrid"):
-        service.search(QUERIES[0], top_k=10, mode=mode)  # warm-up: model load, cache build
-        timings = []
-        for _ in range(args.rounds):
-            for query in QUERIES:
-                t0 = time.perf_counter()
-                service.search(query, top_k=10, mode=mode)
-                timings.append((time.perf_counter() - t0) * 1000)
-        report[f"{mode}_ms"] = {
-            "p50": round(statistics.median(timings), 2),
-            "p95": round(percentile(timings, 0.95), 2),
-            "n": len(timings),
-        }
+    report.update(time_searches(service, ("lexical", "semantic", "hybrid"), args.rounds))
     service.close()
     print(json.dumps(report, indent=2))
     if args.workdir is None:

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The query set of benchmarks/index_and_search.py, so the numbers compare.
 from index_and_search import QUERIES as SERVICE_QUERIES
-from index_and_search import percentile
+from index_and_search import percentile, time_searches
 
 DIM = 384
 LIMIT = 20
@@ -177,19 +177,7 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     backend = "onnx" if model.startswith("onnx:") else "hash"
     service = SearchService(Settings(db_path=db_path, embedding_backend=backend))
     report: dict[str, object] = {"db": str(db_path), "model": model}
-    for mode in ("semantic", "hybrid"):
-        service.search(SERVICE_QUERIES[0], top_k=10, mode=mode)  # warm-up
-        timings = []
-        for _ in range(rounds):
-            for query in SERVICE_QUERIES:
-                t0 = time.perf_counter()
-                service.search(query, top_k=10, mode=mode)
-                timings.append((time.perf_counter() - t0) * 1000)
-        report[f"{mode}_ms"] = {
-            "p50": round(statistics.median(timings), 2),
-            "p95": round(percentile(timings, 0.95), 2),
-            "n": len(timings),
-        }
+    report.update(time_searches(service, ("semantic", "hybrid"), rounds))
     counts = service.counts()
     report["chunks"] = counts["chunks"]
     report["vector_cache"] = counts["vector_cache"]
