@@ -31,6 +31,7 @@ def copy_corpus(dest: Path, subdir: str = "agents", limit: int | None = None) ->
     source = AWESOME_COPILOT / subdir
     dest.mkdir(parents=True, exist_ok=True)
     files = sorted(p for p in source.rglob("*.md") if p.is_file())
+    assert files, f"no markdown files under {source}: tests need ../shared beside the repo"
     for path in files[:limit]:
         target = dest / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
