@@ -8,7 +8,7 @@ this process's CPU time (all threads) divided by the wall time:
 - ``consumer``: one consumer iterated the way Dramatiq's consumer thread does it
   (``next()`` with a 1 s timeout, again and again);
 - ``worker``: a whole ``dramatiq.Worker`` (8 worker threads, default middleware plus
-  ``HeartbeatMiddleware``) on the SQLite broker, consuming one queue and its delay queue;
+  ``PresenceMiddleware``) on the SQLite broker, consuming one queue and its delay queue;
 - ``stub-worker``: the same Worker on Dramatiq's in-memory StubBroker, the floor set by
   Dramatiq's own threads.
 """
@@ -26,7 +26,8 @@ from pathlib import Path
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from rifflux.queue.sqlite_broker import MAX_POLL_SECONDS, HeartbeatMiddleware, SQLiteBroker
+from rifflux.queue.presence import PresenceMiddleware, SQLitePresence
+from rifflux.queue.sqlite_broker import MAX_POLL_SECONDS, SQLiteBroker
 
 MODES = ("consumer", "worker", "stub-worker")
 QUEUE = "idle"
@@ -66,7 +67,7 @@ def idle_consumer(directory: Path):
 def sqlite_worker_broker(path: Path):
     def build() -> SQLiteBroker:
         broker = SQLiteBroker(path)
-        broker.add_middleware(HeartbeatMiddleware())
+        broker.add_middleware(PresenceMiddleware(SQLitePresence(path)))
         return broker
 
     return build

@@ -20,7 +20,6 @@ doubles from :data:`MIN_POLL_SECONDS` after a hit up to :data:`MAX_POLL_SECONDS`
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
@@ -38,7 +37,6 @@ from dramatiq.common import current_millis, dq_name, q_name
 from dramatiq.errors import DecodeError, QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
-from dramatiq.worker import Worker
 
 from rifflux.store.connection import connect, retry_on_busy, write_transaction
 
@@ -65,12 +63,6 @@ MAX_POLL_SECONDS = 1.0
 
 #: Seconds between checks while ``join`` waits on messages processed by another process.
 JOIN_POLL_SECONDS = 0.1
-
-#: Seconds between two heartbeats of a worker running :class:`HeartbeatMiddleware`.
-DEFAULT_HEARTBEAT_SECONDS = 5.0
-
-#: A worker not heard from for this many seconds is not listed by ``live_workers``.
-DEFAULT_LIVE_WORKER_SECONDS = 15.0
 
 # Row ids per statement when many messages change at once (SQLite caps bound variables).
 _ID_BATCH = 500
@@ -112,16 +104,6 @@ SCHEMA_SQL = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS dead_letters_queue ON dead_letters(queue_name, failed_at)",
-    """
-    CREATE TABLE IF NOT EXISTS workers (
-        worker_id  TEXT PRIMARY KEY,
-        hostname   TEXT NOT NULL,
-        pid        INTEGER NOT NULL,
-        queues     TEXT NOT NULL,
-        started_at REAL NOT NULL,
-        last_seen  REAL NOT NULL
-    )
-    """,
 )
 
 
@@ -151,8 +133,7 @@ class SQLiteBroker(Broker):
     Parameters:
       path: The broker database; created, with its tables, if missing.
       middleware: As for :class:`dramatiq.Broker` (default: Dramatiq's default middleware).
-        Add :class:`HeartbeatMiddleware` for ``live_workers``, unless another presence
-        middleware already records heartbeats in this file.
+        Worker heartbeats are :mod:`rifflux.queue.presence`'s job.
       lease_seconds: See :data:`DEFAULT_LEASE_SECONDS`.
       max_poll_seconds: See :data:`MAX_POLL_SECONDS`.
       max_deliveries: See :data:`DEFAULT_MAX_DELIVERIES`.
@@ -328,36 +309,7 @@ class SQLiteBroker(Broker):
             for conn in connections.values():
                 conn.close()
 
-    # -- heartbeats and introspection --------------------------------------------------
-
-    def record_heartbeat(self, worker_id: str, queues: Iterable[str]) -> None:
-        """Record that the worker ``worker_id`` of this process, consuming ``queues``, is alive."""
-        now = time.time()
-        queues_json = json.dumps(sorted(queues))
-        self._write(
-            lambda conn: conn.execute(
-                "INSERT INTO workers (worker_id, hostname, pid, queues, started_at, last_seen) "
-                "VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(worker_id) DO UPDATE SET queues = excluded.queues, "
-                "last_seen = excluded.last_seen",
-                (worker_id, socket.gethostname(), os.getpid(), queues_json, now, now),
-            )
-        )
-
-    def remove_heartbeat(self, worker_id: str) -> None:
-        """Forget the worker ``worker_id`` (it shut down cleanly)."""
-        self._write(
-            lambda conn: conn.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
-        )
-
-    def live_workers(self, max_age_seconds: float = DEFAULT_LIVE_WORKER_SECONDS) -> list[dict]:
-        """Workers whose last heartbeat is at most ``max_age_seconds`` old, oldest first."""
-        rows = self._read(
-            "SELECT worker_id, hostname, pid, queues, started_at, last_seen FROM workers "
-            "WHERE last_seen >= ? ORDER BY started_at, worker_id",
-            (time.time() - max_age_seconds,),
-        )
-        return [{**dict(row), "queues": json.loads(row["queues"])} for row in rows]
+    # -- introspection ------------------------------------------------------------------
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting or in progress per queue, delay queues included."""
@@ -651,43 +603,3 @@ class _SQLiteConsumer(Consumer):
     def _forget(self, row_ids: Iterable[int]) -> None:
         with self._lock:
             self._held.difference_update(row_ids)
-
-
-class HeartbeatMiddleware(Middleware):
-    """Records in the broker file that this process's worker is alive.
-
-    On worker boot it writes a heartbeat at once, then every ``interval_seconds`` from
-    a daemon thread; on worker shutdown it removes the row. ``SQLiteBroker.live_workers``
-    lists the workers heard from recently.
-    """
-
-    def __init__(self, *, interval_seconds: float = DEFAULT_HEARTBEAT_SECONDS) -> None:
-        self.interval_seconds = interval_seconds
-        self.worker_id: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def after_worker_boot(self, broker: SQLiteBroker, worker: Worker) -> None:
-        worker_id = self.worker_id = _process_tag()
-        queues = sorted(worker.consumer_whitelist or broker.get_declared_queues())
-        broker.record_heartbeat(worker_id, queues)
-        self._stop = stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(self.interval_seconds):
-                try:
-                    broker.record_heartbeat(worker_id, queues)
-                except sqlite3.Error:
-                    log.warning("sqlite_broker.heartbeat_failed", worker=worker_id, exc_info=True)
-
-        self._thread = threading.Thread(target=beat, name="rifflux-heartbeat", daemon=True)
-        self._thread.start()
-
-    def before_worker_shutdown(self, broker: SQLiteBroker, worker: Worker) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_seconds)
-            self._thread = None
-        if self.worker_id is not None:
-            broker.remove_heartbeat(self.worker_id)
-            self.worker_id = None

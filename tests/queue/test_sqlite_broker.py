@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ from dramatiq import Worker
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 
-from rifflux.queue.sqlite_broker import HeartbeatMiddleware, SQLiteBroker
+from rifflux.queue.sqlite_broker import SQLiteBroker
 from rifflux.store.connection import connect
 
 QUEUE = "jobs"
@@ -414,39 +413,6 @@ def test_two_processes_never_get_the_same_message(tmp_path: Path) -> None:
     assert len(got[0]) == len(set(got[0])) and len(got[1]) == len(set(got[1]))
     assert set(got[0]).isdisjoint(got[1])
     assert set(got[0]) | set(got[1]) == sent
-    broker.close()
-
-
-def test_heartbeats_list_recent_workers_only(broker: SQLiteBroker) -> None:
-    broker.record_heartbeat("w1", ["search", "embed"])
-
-    [live] = broker.live_workers()
-    assert live["worker_id"] == "w1"
-    assert live["queues"] == ["embed", "search"]
-    assert live["pid"] == os.getpid()
-    time.sleep(0.05)
-    assert broker.live_workers(max_age_seconds=0.01) == []
-
-    broker.remove_heartbeat("w1")
-    assert broker.live_workers() == []
-
-
-def test_heartbeat_middleware_tracks_a_running_worker(tmp_path: Path) -> None:
-    heartbeat = HeartbeatMiddleware(interval_seconds=0.1)
-    broker = SQLiteBroker(tmp_path / "queue.db", middleware=[heartbeat])
-    broker.declare_queue(QUEUE)
-    worker = Worker(broker, worker_threads=1, worker_timeout=100)
-    worker.start()
-    try:
-        [first] = broker.live_workers()
-        assert first["worker_id"] == heartbeat.worker_id
-        assert first["queues"] == [QUEUE]
-        time.sleep(0.35)
-        [later] = broker.live_workers()
-        assert later["last_seen"] > first["last_seen"]
-    finally:
-        worker.stop()
-    assert broker.live_workers() == []
     broker.close()
 
 
