@@ -1,4 +1,4 @@
-"""Cosine similarity and top-k selection: pure functions on NumPy arrays."""
+"""Cosine similarity: a pure function on NumPy arrays."""
 
 from __future__ import annotations
 
@@ -6,34 +6,20 @@ import numpy as np
 
 
 def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine of ``query`` with every row of ``matrix``; 0.0 where a norm is zero."""
-    matrix = np.asarray(matrix, dtype=np.float32)
-    query = np.asarray(query, dtype=np.float32)
-    if matrix.shape[0] == 0:
-        return np.zeros(0, dtype=np.float32)
-    query_norm = float(np.linalg.norm(query))
-    if query_norm == 0.0:
-        return np.zeros(matrix.shape[0], dtype=np.float32)
-    row_norms = np.linalg.norm(matrix, axis=1)
-    dots = matrix @ query
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scores = np.where(row_norms > 0, dots / (row_norms * query_norm), 0.0)
-    return scores.astype(np.float32)
+    """Cosine of ``query`` with every row of ``matrix``; 0.0 where a norm is zero.
 
-
-def top_k_positions(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` best scores, best first; equal scores by position ascending.
-
-    ``argpartition`` finds the candidates in O(n); only those are sorted. Every row
-    tied with the k-th score is kept as a candidate so the tie-break is exact.
+    Computed in float64 and rounded to float32, so equal rows get equal scores wherever
+    they are stored, which the (path, chunk_index) tie-break relies on.
     """
-    n = scores.shape[0]
-    if k <= 0 or n == 0:
-        return np.zeros(0, dtype=np.int64)
-    if k >= n:
-        candidates = np.arange(n)
-    else:
-        kth = np.argpartition(-scores, k - 1)[k - 1]
-        candidates = np.flatnonzero(scores >= scores[kth])
-    order = np.lexsort((candidates, -scores[candidates]))
-    return candidates[order][:k].astype(np.int64)
+    wide = np.asarray(matrix, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    if wide.shape[0] == 0:
+        return np.zeros(0, dtype=np.float32)
+    q_norm = float(np.sqrt(q @ q))
+    if q_norm == 0.0:
+        return np.zeros(wide.shape[0], dtype=np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))
+    dots = np.einsum("ij,j->i", wide, q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = np.where(norms > 0, dots / (norms * q_norm), 0.0)
+    return scores.astype(np.float32)

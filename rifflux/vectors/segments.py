@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from rifflux.search.semantic import cosine_scores
+
 MANIFEST_NAME = "current.json"
 LOCK_NAME = "publish.lock"
 TMP_PREFIX = ".tmp-"
@@ -329,21 +331,6 @@ def _segment_candidates(segment: Segment, q32: np.ndarray, limit: int) -> np.nda
     return np.flatnonzero(scores > -np.inf)
 
 
-def exact_cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine of each row with ``query`` computed in float64, rounded to float32.
-
-    Equal rows get equal scores wherever they are stored, which the tie-break needs.
-    """
-    wide = np.asarray(rows, dtype=np.float64)
-    q = np.asarray(query, dtype=np.float64)
-    q_norm = float(np.sqrt(q @ q))
-    norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))
-    dots = np.einsum("ij,j->i", wide, q)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scores = np.where(norms > 0, dots / (norms * q_norm), 0.0)
-    return scores.astype(np.float32)
-
-
 def search_segments(segments: Sequence[Segment], query: np.ndarray, limit: int) -> list[Candidate]:
     """The ``limit`` live rows most similar to ``query``, over every segment.
 
@@ -363,7 +350,7 @@ def search_segments(segments: Sequence[Segment], query: np.ndarray, limit: int) 
         positions = _segment_candidates(segment, q32, limit)
         if positions.shape[0] == 0:
             continue
-        scores = exact_cosines(segment.vectors[positions], q)
+        scores = cosine_scores(segment.vectors[positions], q)
         meta = segment.meta[positions]
         merged.extend(
             Candidate(
