@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from rifflux.index.scan import ScannedFile, is_under
@@ -89,6 +89,35 @@ def decide(
         return Decision("skip", path, reason="binary file (contains NUL bytes)")
     work = FileWork(path, scanned.mtime_ns, len(data), sha256, text)
     return Decision("index", path, scanned.mtime_ns, len(data), sha256, work=work)
+
+
+@dataclass(slots=True)
+class Tally:
+    """Where the decisions of one run went, apart from the files to (re-)chunk."""
+
+    kept: set[str] = field(default_factory=set)
+    skipped: list[Decision] = field(default_factory=list)
+    metadata: list[Decision] = field(default_factory=list)
+    unchanged: int = 0
+
+
+def sort_decisions(decisions: Iterable[Decision], tally: Tally) -> Iterator[FileWork]:
+    """Yield the files to (re-)chunk, lazily; record every other decision in ``tally``.
+
+    ``kept`` gets every file still indexable (pruning spares those); a skipped file is
+    not kept, so an index entry for it is pruned.
+    """
+    for decision in decisions:
+        if decision.kind == "skip":
+            tally.skipped.append(decision)
+            continue
+        tally.kept.add(decision.rel_path)
+        if decision.kind == "unchanged":
+            tally.unchanged += 1
+        elif decision.kind == "metadata":
+            tally.metadata.append(decision)
+        elif decision.work is not None:
+            yield decision.work
 
 
 def paths_to_prune(

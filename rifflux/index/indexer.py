@@ -24,10 +24,12 @@ from rifflux.errors import EmbeddingModelMismatch
 from rifflux.index.changes import (
     Decision,
     FileWork,
+    Tally,
     batch_by_bytes,
     decide,
     load_states,
     paths_to_prune,
+    sort_decisions,
 )
 from rifflux.index.prepare import prepare_batch
 from rifflux.index.scan import ScanResult, SkippedFile, scan_roots
@@ -180,34 +182,20 @@ class Indexer:
                 roots=scan.root_prefixes, embedding_model=label, files_scanned=len(scan.files)
             )
             report.skipped.extend(scan.skipped)
-            kept: set[str] = set()
-            metadata: list[Decision] = []
-            done = 0
-
-            def works() -> Iterator[FileWork]:
-                nonlocal done
-                for decision in decide_all(conn, scan, self.settings, force=force):
-                    if decision.kind == "skip":
-                        report.skipped.append(SkippedFile(decision.rel_path, decision.reason))
-                    else:
-                        kept.add(decision.rel_path)
-                    if decision.kind == "unchanged":
-                        report.files_unchanged += 1
-                    elif decision.kind == "metadata":
-                        metadata.append(decision)
-                    elif decision.work is not None:
-                        yield decision.work
-                        continue
-                    done += 1
-
-            for batch_works in batch_by_bytes(works(), self.settings.batch_target_bytes):
+            tally = Tally()
+            works = sort_decisions(decide_all(conn, scan, self.settings, force=force), tally)
+            indexed = 0
+            for batch_works in batch_by_bytes(works, self.settings.batch_target_bytes):
                 self._index_batch(conn, batch_works, label, report)
-                done += len(batch_works)
+                indexed += len(batch_works)
                 if progress is not None:
+                    done = indexed + len(tally.skipped) + tally.unchanged + len(tally.metadata)
                     progress(done, len(scan.files))
-            report.files_metadata_only = apply_metadata_updates(conn, metadata)
+            report.skipped.extend(SkippedFile(d.rel_path, d.reason) for d in tally.skipped)
+            report.files_unchanged = tally.unchanged
+            report.files_metadata_only = apply_metadata_updates(conn, tally.metadata)
             if prune_missing:
-                doomed = paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
+                doomed = paths_to_prune(stored_paths(conn), tally.kept, scan.root_prefixes)
                 report.files_deleted = delete_files(conn, doomed) if doomed else 0
             if progress is not None:
                 progress(len(scan.files), len(scan.files))

@@ -26,7 +26,14 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for
 from rifflux.errors import EmbeddingModelMismatch, RiffluxError
-from rifflux.index.changes import FileWork, batch_by_bytes, decode_text, paths_to_prune
+from rifflux.index.changes import (
+    FileWork,
+    Tally,
+    batch_by_bytes,
+    decode_text,
+    paths_to_prune,
+    sort_decisions,
+)
 from rifflux.index.indexer import (
     check_embedding_model,
     decide_all,
@@ -137,29 +144,19 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
     except RiffluxError as exc:
         _fail_job(conn, job_id, str(exc))
         return False
-    kept: set[str] = set()
+    tally = Tally()
+    # Keep only what batching needs; the text is read again when sent.
+    changed = [
+        FileWork(w.rel_path, w.mtime_ns, w.size_bytes, w.sha256, "")
+        for w in sort_decisions(decide_all(conn, scan, cfg, force=options["force"]), tally)
+    ]
     skipped = [{"path": s.rel_path, "reason": s.reason} for s in scan.skipped]
-    metadata = []
-    changed: list[FileWork] = []
-    unchanged = 0
-    for decision in decide_all(conn, scan, cfg, force=options["force"]):
-        if decision.kind == "skip":
-            skipped.append({"path": decision.rel_path, "reason": decision.reason})
-            continue
-        kept.add(decision.rel_path)
-        if decision.kind == "unchanged":
-            unchanged += 1
-        elif decision.kind == "metadata":
-            metadata.append(decision)
-        elif decision.work is not None:
-            # Keep only what batching needs; the text is read again when sent.
-            work = decision.work
-            changed.append(FileWork(work.rel_path, work.mtime_ns, work.size_bytes, work.sha256, ""))
+    skipped += [{"path": d.rel_path, "reason": d.reason} for d in tally.skipped]
     target = batch_bytes_for(sum(w.size_bytes for w in changed), cfg.batch_target_bytes)
     batches = [[w.rel_path for w in b] for b in batch_by_bytes(changed, target)]
-    apply_metadata_updates(conn, metadata)
+    apply_metadata_updates(conn, tally.metadata)
     prune = (
-        paths_to_prune(stored_paths(conn), kept, scan.root_prefixes)
+        paths_to_prune(stored_paths(conn), tally.kept, scan.root_prefixes)
         if options["prune_missing"]
         else []
     )
@@ -177,7 +174,7 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
             options=opts,
             files_total=len(scan.files),
             batches_total=len(batches),
-            files_skipped=len(skipped) + unchanged + len(metadata),
+            files_skipped=len(skipped) + tally.unchanged + len(tally.metadata),
         )
 
     _in_tx(conn, persist)
@@ -187,8 +184,8 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
         files=len(scan.files),
         batches=len(batches),
         changed=len(changed),
-        unchanged=unchanged,
-        metadata_only=len(metadata),
+        unchanged=tally.unchanged,
+        metadata_only=len(tally.metadata),
         skipped=len(skipped),
         prune=len(prune),
     )
