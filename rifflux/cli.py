@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common_db(watch)
     watch.set_defaults(handler=cmd_watch)
 
+    cancel = sub.add_parser("cancel", help="cancel a queued or running reindex job")
+    cancel.add_argument("job_id")
+    _common_db(cancel)
+    cancel.set_defaults(handler=cmd_cancel)
+
     add_serve_parser(sub)
     add_eval_parser(sub)
     return parser
@@ -271,6 +276,21 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"+{job['files_skipped']} skipped/{job['files_total']} "
             f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
         )
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Batches not yet written are dropped; batches already written stay in the index."""
+    from rifflux.queue.jobs import cancel_job
+    from rifflux.store.connection import open_index
+
+    conn = open_index(_settings(args).db_path)
+    try:
+        if not cancel_job(conn, args.job_id):
+            raise RiffluxError(f"no queued or running job with id {args.job_id!r}")
+    finally:
+        conn.close()
+    print(f"cancelled {args.job_id}")
     return 0
 
 

@@ -46,10 +46,6 @@ class PreparedBatch:
     # embed_sha256 → float32 row, for the texts embedded by this batch only.
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
-    @property
-    def chunk_count(self) -> int:
-        return sum(len(f.chunks) for f in self.files)
-
     def to_payload(self) -> dict[str, Any]:
         """A JSON-safe dict; vectors travel as base64 of raw little-endian float32."""
         return {

@@ -124,13 +124,6 @@ def recent_jobs(conn: sqlite3.Connection, limit: int = 10) -> list[JobRecord]:
     return [_record(row) for row in rows]
 
 
-def active_jobs(conn: sqlite3.Connection) -> list[JobRecord]:
-    rows = conn.execute(
-        "SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY created_at"
-    ).fetchall()
-    return [_record(row) for row in rows]
-
-
 def update_job(conn: sqlite3.Connection, job_id: str, **fields: Any) -> None:
     """Set columns of a job (call inside a write transaction)."""
     if not fields:

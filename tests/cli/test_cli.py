@@ -90,3 +90,14 @@ def test_other_schema_version_names_the_rebuild_command(tmp_path: Path) -> None:
     copy_corpus(tmp_path / "docs", limit=2)
     rebuilt = rifflux(tmp_path, "index", "docs", "--rebuild", "--in-process")
     assert rebuilt.returncode == 0, rebuilt.stderr
+
+
+def test_cancel_a_queued_job_and_refuse_an_unknown_one(tmp_path: Path) -> None:
+    copy_corpus(tmp_path / "docs", limit=2)
+    job_id = rifflux(tmp_path, "index", "docs", "--no-wait").stdout.strip()
+    cancelled = rifflux(tmp_path, "cancel", job_id)
+    assert cancelled.returncode == 0 and job_id in cancelled.stdout
+    status = json.loads(rifflux(tmp_path, "status", "--json").stdout)
+    assert status["recent_jobs"][0]["state"] == "cancelled"
+    again = rifflux(tmp_path, "cancel", job_id)
+    assert again.returncode != 0 and "no queued or running job" in again.stderr

@@ -145,3 +145,21 @@ def test_small_jobs_are_split_to_keep_every_worker_busy() -> None:
     assert tasks.batch_bytes_for(10_000_000, 256_000) == 256_000
     assert tasks.batch_bytes_for(640_000, 256_000) == 40_000
     assert tasks.batch_bytes_for(50_000, 256_000) == tasks.MIN_BATCH_BYTES
+
+
+def test_a_cancelled_job_writes_nothing_more(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=10)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    sent: list[tuple[int, dict]] = []
+    tasks.plan(settings, db, job_id, lambda n, p: sent.append((n, p)))
+    conn = open_index(db)
+    try:
+        assert jobs.cancel_job(conn, job_id)
+        assert not jobs.cancel_job(conn, job_id)
+    finally:
+        conn.close()
+    assert not tasks.write(db, job_id, sent[0][0], tasks.embed(sent[0][1], HashEmbedder()))
+    done = tasks.finalize(db, job_id)
+    assert done is not None and (done.state, done.files_done) == ("cancelled", 0)
