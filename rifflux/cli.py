@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.set_defaults(handler=cmd_index)
 
-    worker = sub.add_parser("worker", help="run queue worker processes (dramatiq)")
+    worker = sub.add_parser(
+        "worker", help="run a supervised pool of queue worker processes (dramatiq)"
+    )
     worker.add_argument("--processes", type=int, help="worker processes (default: CPU count)")
     worker.add_argument("--threads", type=int, default=1, help="threads per process")
     worker.add_argument("--queues", nargs="*", help="only these queues (e.g. rifflux_embed)")
@@ -130,7 +132,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         queue.ensure_workers(args.workers)
         job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
         on_progress, line = job_progress(sys.stderr)
-        record = queue.wait(job_id, on_progress=on_progress)
+        record = queue.wait(job_id, on_progress=on_progress, start_workers=True)
         line.close()
     finally:
         queue.close()
@@ -180,14 +182,16 @@ def job_progress(stream: Any) -> tuple[Callable[[Any], None], ProgressLine]:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from rifflux.queue.client import worker_command, worker_environment
+    """Run a supervised pool in this process: a dead child is replaced, the pool stays."""
+    from rifflux.queue.client import worker_environment
+    from workers.pool import PoolSpec, run_pool
 
     settings = _settings(args)
-    processes = args.processes or settings.workers
-    command = worker_command(processes, args.threads, args.queues or ())
-    # Replace this process so signals from honcho or systemd reach dramatiq directly.
-    os.execvpe(command[0], command, worker_environment(settings, processes))
-    return 0
+    configure_logging(settings.log_level, style="json")
+    spec = PoolSpec.from_settings(
+        settings, processes=args.processes, threads=args.threads, queues=args.queues or ()
+    )
+    return run_pool(settings, spec, env=worker_environment(settings, spec.processes))
 
 
 def remove_index(db_path: Path) -> None:
@@ -276,6 +280,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"+{job['files_skipped']} skipped/{job['files_total']} "
             f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
         )
+        if job["stalled"]:
+            print(f"{'':>20}stalled: {job['stalled_reason']}")
     return 0
 
 

@@ -76,6 +76,20 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("expected a number > 0")
+    return value
+
+
+def _module_name(raw: str) -> str:
+    value = raw.strip()
+    if not value or not all(part.isidentifier() for part in value.split(".")):
+        raise ValueError("expected a dotted Python module name such as workers.actors")
+    return value
+
+
 def _non_negative_float(raw: str) -> float:
     value = float(raw)
     if value < 0:
@@ -116,6 +130,16 @@ class Settings:
     # Target size of one embed batch message (bytes of file text).
     batch_target_bytes: int = 256_000
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # A worker process is replaced, between messages, after this many messages or once
+    # its resident memory passes this many MB (0: no limit), as Celery's
+    # max-tasks-per-child and max-memory-per-child.
+    worker_max_messages: int = 0
+    worker_max_rss_mb: int = 0
+    # The module whose import declares the actors worker processes run.
+    worker_actors: str = "workers.actors"
+    # A job whose pending messages have had no live consumer for this long is stalled:
+    # a waiting client starts a local pool if it may, or fails with one line.
+    stall_seconds: float = 60.0
     http_host: str = "127.0.0.1"
     http_port: int = 8765
     http_token: str = ""
@@ -162,6 +186,10 @@ class Settings:
         read("BROKER_URL", "broker_url", str.strip)
         read("BATCH_TARGET_BYTES", "batch_target_bytes", _positive_int)
         read("WORKERS", "workers", _positive_int)
+        read("WORKER_MAX_MESSAGES", "worker_max_messages", _non_negative_int)
+        read("WORKER_MAX_RSS_MB", "worker_max_rss_mb", _non_negative_int)
+        read("WORKER_ACTORS", "worker_actors", _module_name)
+        read("STALL_SECONDS", "stall_seconds", _positive_float)
         read("HTTP_HOST", "http_host", str.strip)
         read("HTTP_PORT", "http_port", _positive_int)
         read("HTTP_TOKEN", "http_token", str.strip)
@@ -187,6 +215,15 @@ class Settings:
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (``None`` values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def sqlite_broker_path(self) -> Path | None:
+        """The queue database file when the broker is SQLite, else None."""
+        url = self.resolved_broker_url
+        if not url.lower().startswith("sqlite:///"):
+            return None
+        path = url[len("sqlite:///") :].partition("?")[0]
+        return Path(path) if path else None
 
     @property
     def resolved_broker_url(self) -> str:

@@ -76,3 +76,21 @@ def index_rows(db: Path) -> list[tuple]:
         ).fetchall()
     finally:
         conn.close()
+
+
+def children_of(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``)."""
+    try:
+        raw = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in raw.split()]
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie is dead for our purposes)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False

@@ -34,6 +34,7 @@ from rifflux.index.changes import (
 from rifflux.index.prepare import prepare_batch
 from rifflux.index.scan import ScanResult, SkippedFile, scan_roots
 from rifflux.store.connection import open_index
+from rifflux.store.own_files import IndexFiles
 from rifflux.store.writer import (
     apply_batch,
     apply_metadata_updates,
@@ -104,7 +105,7 @@ def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]
         base_dir=base,
         include_globs=settings.include_globs,
         exclude_globs=settings.exclude_globs,
-        exclude_dirs=[settings.db_path.resolve().parent],
+        index_files=IndexFiles.for_settings(settings),
     )
 
 

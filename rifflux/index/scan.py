@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from rifflux.errors import RootNotFoundError
+from rifflux.store.own_files import IndexFiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,12 @@ def scan_roots(
     base_dir: Path,
     include_globs: Sequence[str],
     exclude_globs: Sequence[str],
-    exclude_dirs: Sequence[Path] = (),
+    index_files: IndexFiles | None = None,
 ) -> ScanResult:
-    """List the indexable files under ``roots`` (files or directories), sorted by path."""
+    """List the indexable files under ``roots`` (files or directories), sorted by path;
+    the index's own files (``index_files``) are never listed."""
     result = ScanResult()
-    excluded_real = {os.path.realpath(d) for d in exclude_dirs}
+    own = index_files or IndexFiles(frozenset(), ())
     seen: dict[str, ScannedFile] = {}
     for root in roots:
         if not os.path.lexists(root):
@@ -91,8 +93,8 @@ def scan_roots(
         root_rel = to_rel_path(root, base_dir)
         result.root_prefixes.append(root_rel)
         if os.path.isdir(root):
-            _walk_dir(root, base_dir, include_globs, exclude_globs, excluded_real, seen, result)
-        else:
+            _walk_dir(root, base_dir, include_globs, exclude_globs, own, seen, result)
+        elif not own.owns(root):
             _consider_file(root, to_rel_path(root, base_dir), seen, result)
     result.files = sorted(seen.values(), key=lambda f: f.rel_path)
     return result
@@ -103,7 +105,7 @@ def _walk_dir(
     base_dir: Path,
     include_globs: Sequence[str],
     exclude_globs: Sequence[str],
-    excluded_real: set[str],
+    own: IndexFiles,
     seen: dict[str, ScannedFile],
     result: ScanResult,
 ) -> None:
@@ -117,7 +119,7 @@ def _walk_dir(
             dirnames[:] = []
             continue
         key = (st.st_dev, st.st_ino)
-        if key in visited or os.path.realpath(dirpath) in excluded_real:
+        if key in visited or own.owns(dirpath):
             dirnames[:] = []
             continue
         visited.add(key)
@@ -135,6 +137,8 @@ def _walk_dir(
             ):
                 continue
             path = Path(dirpath) / name
+            if own.owns(path):
+                continue
             _consider_file(path, to_rel_path(path, base_dir), seen, result)
 
 

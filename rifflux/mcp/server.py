@@ -374,6 +374,11 @@ def run_server(
         server = build_server(settings, context=context)
         if reindex_on_start:
             start_background_reindex(context, reindex_on_start)
+        elif context.queue.has_unfinished_jobs():
+            # A job left by a server that was killed resumes: its messages are still
+            # queued, and a worker pool (ours if nobody else's shows up) finishes it.
+            log.info("mcp.resuming_unfinished_jobs")
+            ensure_workers_in_background(context)
         watch_roots = resolve_roots(context, None, [str(p) for p in watch]) if watch else []
         if not watch_roots and settings.file_watcher:
             watch_roots = resolve_roots(context, None, list(settings.file_watcher_paths))

@@ -179,7 +179,9 @@ def reindex(
         if ctx.closing.is_set():
             raise RiffluxError(f"the server is shutting down; job {job_id} keeps its state")
 
-    job = ctx.queue.wait(job_id, timeout=REINDEX_WAIT_SECONDS, on_progress=stop_if_closing)
+    job = ctx.queue.wait(
+        job_id, timeout=REINDEX_WAIT_SECONDS, on_progress=stop_if_closing, start_workers=True
+    )
     if job.state != "completed":
         raise RiffluxError(job_failure(job))
     return {

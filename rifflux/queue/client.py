@@ -24,7 +24,7 @@ from dramatiq import Message
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, RootNotFoundError
-from rifflux.queue import jobs, names
+from rifflux.queue import jobs, names, stall
 from rifflux.queue.brokers import make_broker
 from rifflux.queue.presence import PresenceStore, presence_store_for
 from rifflux.queue.tasks import job_options
@@ -36,14 +36,21 @@ log = structlog.get_logger(__name__)
 JOB_POLL_SECONDS = 0.25
 # How often ensure_workers looks for heartbeats while giving booting workers a grace.
 WORKER_POLL_SECONDS = 0.5
-# How long a local pool gets to finish in-flight messages after SIGTERM.
-POOL_STOP_SECONDS = 30.0
+# How long a local pool gets to finish in-flight messages after SIGTERM (its own
+# children get 30 s; this leaves room for them).
+POOL_STOP_SECONDS = 40.0
+# How often a waiting client looks at heartbeats and queue depths for a stall.
+STALL_CHECK_SECONDS = 1.0
 
 ProgressCallback = Callable[[jobs.JobRecord], None]
 
 
 class JobTimeout(RiffluxError):
     """A job did not finish within the time the caller was willing to wait."""
+
+
+class JobStalled(RiffluxError):
+    """A job has pending work that no live worker can take (see :mod:`stall`)."""
 
 
 @dataclass
@@ -68,19 +75,23 @@ class LocalPool:
         self.log_file.close()
 
 
-def worker_command(processes: int, threads: int = 1, queues: Sequence[str] = ()) -> list[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "dramatiq",
-        "workers.actors",
-        "--processes",
-        str(processes),
-        "--threads",
-        str(threads),
-    ]
+def worker_command(
+    processes: int,
+    threads: int = 1,
+    queues: Sequence[str] = (),
+    *,
+    parent_pid: int | None = None,
+    log_name: str | None = None,
+) -> list[str]:
+    """The command line of a supervised worker pool (``workers.pool``)."""
+    command = [sys.executable, "-m", "workers.pool", "--processes", str(processes)]
+    command += ["--threads", str(threads)]
     if queues:
         command += ["--queues", *queues]
+    if parent_pid is not None:
+        command += ["--parent-pid", str(parent_pid)]
+    if log_name is not None:
+        command += ["--log-name", log_name]
     return command
 
 
@@ -176,9 +187,23 @@ class IndexQueue:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        start_workers: bool = False,
     ) -> jobs.JobRecord:
-        """Block until the job finishes; raises :class:`JobTimeout` after ``timeout`` s."""
+        """Block until the job finishes.
+
+        Never waits in silence: a job that stalls (pending work and no live worker for
+        it, for ``RIFFLUX_STALL_SECONDS``) makes this start a local pool once when
+        ``start_workers`` allows it, and otherwise raises :class:`JobStalled`.
+
+        Raises:
+          JobTimeout: After ``timeout`` seconds.
+          JobStalled: See above; the job keeps its state.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        next_stall_check = time.monotonic() + STALL_CHECK_SECONDS
+        may_start = start_workers
+        # A pool started for a stall gets a full grace period to boot and take the work.
+        pool_started_at = 0.0
         conn = open_index(self.db_path)
         try:
             while True:
@@ -191,11 +216,43 @@ class IndexQueue:
                     return record
                 if self.pool is not None and not self.pool.alive():
                     raise RiffluxError(f"the local worker pool exited; see {self.pool.log_path}")
+                if time.monotonic() >= next_stall_check:
+                    next_stall_check = time.monotonic() + STALL_CHECK_SECONDS
+                    reason = self.stall_reason(record, since=pool_started_at)
+                    if reason is not None and may_start:
+                        may_start = False
+                        log.warning("job.stalled_starting_pool", job_id=job_id, reason=reason)
+                        self.start_pool()
+                        pool_started_at = time.time()
+                    elif reason is not None:
+                        raise JobStalled(f"job {job_id} is stalled: {reason}")
                 if deadline is not None and time.monotonic() > deadline:
                     raise JobTimeout(f"job {job_id} still {record.state} after {timeout}s")
                 time.sleep(JOB_POLL_SECONDS)
         finally:
             conn.close()
+
+    def queue_depths(self) -> dict[str, int] | None:
+        """Messages per queue where the broker can count them (SQLite), else None."""
+        depths = getattr(self.broker, "queue_depths", None)
+        return depths() if callable(depths) else None
+
+    def stall_reason(self, record: jobs.JobRecord, *, since: float = 0.0) -> str | None:
+        """Why this unfinished job is stalled, or None (see :mod:`rifflux.queue.stall`).
+
+        The job counts as idle from its last update, or from ``since`` if later.
+        """
+        if record.finished:
+            return None
+        idle = time.time() - max(record.updated_at, record.created_at, since)
+        if idle < self.settings.stall_seconds:
+            return None
+        return stall.stall_reason(
+            self.live_workers(),
+            self.queue_depths(),
+            idle_seconds=idle,
+            grace_seconds=self.settings.stall_seconds,
+        )
 
     def live_workers(self) -> list[dict[str, Any]]:
         return self.presence.live_workers()
@@ -219,6 +276,10 @@ class IndexQueue:
             time.sleep(WORKER_POLL_SECONDS)
         else:
             return None
+        return self.start_pool(processes)
+
+    def start_pool(self, processes: int | None = None) -> LocalPool:
+        """Start a local supervised pool for all queues, unless this process has one."""
         with self._lock:
             if self.pool is not None and self.pool.alive():
                 return self.pool
@@ -227,7 +288,8 @@ class IndexQueue:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_file = log_path.open("ab")
             process = subprocess.Popen(
-                worker_command(count),
+                # The pool stops when this process is gone, even after kill -9.
+                worker_command(count, parent_pid=os.getpid(), log_name=str(log_path)),
                 env=worker_environment(self.settings, count),
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
@@ -250,16 +312,41 @@ class IndexQueue:
                 self._broker.close()
                 self._broker = None
 
-    def status(self, *, recent: int = 10) -> dict[str, Any]:
+    def has_unfinished_jobs(self) -> bool:
+        """True if a job is queued or running (e.g. left by a server that was killed)."""
+        if not self.db_path.exists():
+            return False
         conn = open_index(self.db_path)
         try:
-            recent_jobs = [j.to_dict() for j in jobs.recent_jobs(conn, recent)]
+            return bool(jobs.unfinished_job_ids(conn))
         finally:
             conn.close()
-        depths = getattr(self.broker, "queue_depths", None)
+
+    def status(self, *, recent: int = 10) -> dict[str, Any]:
+        """Broker, live workers, queue depths and recent jobs; an unfinished job that is
+        stalled says so (``stalled``, ``stalled_reason``)."""
+        conn = open_index(self.db_path)
+        try:
+            records = jobs.recent_jobs(conn, recent)
+        finally:
+            conn.close()
+        live = self.live_workers()
+        depths = self.queue_depths()
+        now = time.time()
+        recent_jobs = []
+        for record in records:
+            idle = now - max(record.updated_at, record.created_at)
+            reason = None
+            if not record.finished:
+                reason = stall.stall_reason(
+                    live, depths, idle_seconds=idle, grace_seconds=self.settings.stall_seconds
+                )
+            recent_jobs.append(
+                {**record.to_dict(), "stalled": reason is not None, "stalled_reason": reason}
+            )
         return {
             "broker": self.settings.resolved_broker_url,
-            "live_workers": self.live_workers(),
-            "queue_depths": depths() if callable(depths) else None,
+            "live_workers": live,
+            "queue_depths": depths,
             "recent_jobs": recent_jobs,
         }

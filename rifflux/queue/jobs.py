@@ -124,6 +124,14 @@ def recent_jobs(conn: sqlite3.Connection, limit: int = 10) -> list[JobRecord]:
     return [_record(row) for row in rows]
 
 
+def unfinished_job_ids(conn: sqlite3.Connection) -> list[str]:
+    """Ids of the jobs still queued or running, oldest first."""
+    rows = conn.execute(
+        "SELECT id FROM jobs WHERE state IN ('queued', 'running') ORDER BY created_at, id"
+    ).fetchall()
+    return [row["id"] for row in rows]
+
+
 def update_job(conn: sqlite3.Connection, job_id: str, **fields: Any) -> None:
     """Set columns of a job (call inside a write transaction)."""
     if not fields:

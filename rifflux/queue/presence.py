@@ -41,6 +41,8 @@ class PresenceStore(Protocol):
 
     def remove_heartbeat(self, worker_id: str) -> None: ...
 
+    def remove_process(self, hostname: str, pid: int) -> None: ...
+
     def live_workers(
         self, max_age_seconds: float = LIVE_WORKER_SECONDS
     ) -> list[dict[str, Any]]: ...
@@ -92,6 +94,18 @@ class SQLitePresence:
 
         retry_on_busy(run)
 
+    def remove_process(self, hostname: str, pid: int) -> None:
+        """Forget the heartbeats of a process known to be dead (its pool reaped it)."""
+        if not self.path.exists():
+            return
+        conn = self._conn()
+
+        def run() -> None:
+            with write_transaction(conn):
+                conn.execute("DELETE FROM workers WHERE hostname = ? AND pid = ?", (hostname, pid))
+
+        retry_on_busy(run)
+
     def live_workers(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
@@ -129,6 +143,13 @@ class RedisPresence:
 
     def remove_heartbeat(self, worker_id: str) -> None:
         self.client.hdel(REDIS_KEY, worker_id)
+
+    def remove_process(self, hostname: str, pid: int) -> None:
+        prefix = f"{hostname}:{pid}:"
+        for key in self.client.hkeys(REDIS_KEY):
+            name = key.decode() if isinstance(key, bytes) else key
+            if name.startswith(prefix):
+                self.client.hdel(REDIS_KEY, name)
 
     def live_workers(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]:
         cutoff = time.time() - max_age_seconds

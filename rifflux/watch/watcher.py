@@ -26,6 +26,7 @@ import watchfiles
 from rifflux.config import Settings
 from rifflux.index.scan import matches_any
 from rifflux.store.connection import open_index, retry_on_busy, write_transaction
+from rifflux.store.own_files import IndexFiles
 from rifflux.store.writer import get_metadata, set_metadata
 from rifflux.watch.coalesce import JobCoalescer, JobQueue
 
@@ -38,6 +39,8 @@ RESTART_CAP_SECONDS = 30.0
 DEFAULT_MAX_CONSECUTIVE_CRASHES = 5
 # How often the loop wakes without events to submit owed follow-up jobs (ms).
 TICK_MS = 500
+# How often an idle loop checks whether its job is stalled (heartbeats, queue depths).
+STALL_CHECK_SECONDS = 5.0
 
 WatchFunction = Callable[..., Iterator[set[tuple[watchfiles.Change, str]]]]
 
@@ -69,10 +72,10 @@ def event_filter(
 ) -> Callable[[watchfiles.Change, str], bool]:
     """Keep events for indexable files (and directories, which may hold them)."""
     resolved = [Path(os.path.abspath(r)) for r in roots]
-    index_dir = os.path.realpath(settings.db_path.resolve().parent)
+    own = IndexFiles.for_settings(settings)
 
     def keep(_change: watchfiles.Change, raw_path: str) -> bool:
-        if os.path.realpath(raw_path).startswith(index_dir + os.sep):
+        if own.owns(raw_path):
             return False
         path = Path(raw_path)
         for root in resolved:
@@ -106,7 +109,10 @@ class FileWatcher:
     ) -> None:
         self.settings = settings
         self.roots = [Path(os.path.abspath(r)) for r in roots]
+        self.queue = queue
         self.coalescer = JobCoalescer(queue, self.roots)
+        self._next_stall_check = 0.0
+        self._started_pool = False
         self.watch_fn = watch_fn
         self.max_consecutive_crashes = max_consecutive_crashes
         self.state = WatcherState(roots=[str(r) for r in self.roots])
@@ -185,8 +191,32 @@ class FileWatcher:
                 self._on_changes(changes)
             else:
                 self._record_job(self.coalescer.tick())
+                self._check_stall()
             if self._stop.is_set():
                 break
+
+    def _check_stall(self) -> None:
+        """The watcher waits on its job too: a stalled job starts a local pool once
+        (the watcher's process may start one), and after that is reported in the state."""
+        now = time.monotonic()
+        if now < self._next_stall_check or self.coalescer.active_job is None:
+            return
+        self._next_stall_check = now + STALL_CHECK_SECONDS
+        stall_reason = getattr(self.queue, "stall_reason", None)
+        record = self.queue.job(self.coalescer.active_job)
+        if stall_reason is None or record is None:
+            return
+        reason = stall_reason(record)
+        if reason is None:
+            return
+        if not self._started_pool:
+            self._started_pool = True
+            log.warning("watch.job_stalled_starting_pool", job_id=record.id, reason=reason)
+            self.queue.start_pool()  # type: ignore[attr-defined]
+        elif self.state.last_error != reason:
+            log.error("watch.job_stalled", job_id=record.id, reason=reason)
+            self.state.last_error = reason
+            self._persist()
 
     def _on_changes(self, changes: Iterable[tuple[watchfiles.Change, str]]) -> None:
         paths = sorted({path for _, path in changes})

@@ -26,3 +26,31 @@ tasks.embed = _embed
 actors.embed_batch.options["max_retries"] = int(os.environ.get("RIFFLUX_TEST_MAX_RETRIES", "5"))
 actors.embed_batch.options["min_backoff"] = 50
 actors.embed_batch.options["max_backoff"] = 200
+
+_real_apply_batch = tasks.apply_batch
+
+
+def _apply_batch(conn: Any, batch: Any, *, also: Any = None, on_retry: Any = None) -> Any:
+    """With RIFFLUX_TEST_WRITE_PAUSE_FILE: the first write to get here records its pid in
+    that file and sleeps inside its transaction, after its rows are applied, so a test
+    can kill -9 the process in the middle of the write."""
+    marker = os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_FILE")
+
+    def also_then_pause(tx: Any) -> None:
+        if also is not None:
+            also(tx)
+        if not marker:
+            return
+        try:
+            os.close(os.open(marker + ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        with open(marker + ".tmp", "w", encoding="ascii") as out:
+            out.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
+        time.sleep(600)
+
+    return _real_apply_batch(conn, batch, also=also_then_pause, on_retry=on_retry)
+
+
+tasks.apply_batch = _apply_batch

@@ -26,15 +26,18 @@ def test_worker_environment_points_at_this_index(tmp_path: Path) -> None:
     assert env["RIFFLUX_BROKER_URL"] == settings.resolved_broker_url
     assert env["RIFFLUX_EMBEDDING_BACKEND"] == "hash"
     assert env["RIFFLUX_ONNX_THREADS"] == str(onnx_threads_per_worker(settings, 2))
-    command = worker_command(2, 1, ("rifflux_embed",))
+    command = worker_command(2, 1, ("rifflux_embed",), parent_pid=42, log_name="w.log")
     assert command[1:] == [
         "-m",
-        "dramatiq",
-        "workers.actors",
+        "workers.pool",
         "--processes",
         "2",
         "--threads",
         "1",
         "--queues",
         "rifflux_embed",
+        "--parent-pid",
+        "42",
+        "--log-name",
+        "w.log",
     ]

@@ -267,6 +267,30 @@ def test_message_whose_lease_keeps_expiring_goes_to_dead_letters(tmp_path: Path)
     broker.close()
 
 
+def test_a_dead_process_leases_are_handed_back_at_once(tmp_path: Path) -> None:
+    # A lease far longer than the test: only release_process can make it leasable.
+    broker = SQLiteBroker(tmp_path / "queue.db", lease_seconds=3600, max_deliveries=2)
+    broker.declare_queue(QUEUE)
+    sent = broker.enqueue(_message("x"))
+    holder = broker.consume(QUEUE, timeout=100)
+    assert next(holder).message_id == sent.message_id
+    other = broker.consume(QUEUE, timeout=100)
+    assert next(other) is None
+
+    hostname, pid = holder.owner.split(":")[:2]
+    assert broker.release_process(hostname, int(pid) + 1) == 0
+    assert broker.release_process(hostname, int(pid)) == 1
+    again = next(other)
+    assert again.message_id == sent.message_id and again.delivery_count == 2
+
+    # The second worker "dies" too: two deliveries used up, the message is dead-lettered.
+    assert broker.release_process(hostname, int(pid)) == 0
+    assert next(broker.consume(QUEUE, timeout=100)) is None
+    [letter] = broker.dead_letters()
+    assert letter["reason"] == "its worker died 2 times while running it"
+    broker.close()
+
+
 def test_undecodable_row_goes_to_dead_letters(broker: SQLiteBroker) -> None:
     broker.declare_queue(QUEUE)
     conn = connect(broker.path)

@@ -15,7 +15,7 @@ from rifflux.queue.jobs import recent_jobs
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index
 from rifflux.watch.coalesce import JobCoalescer
-from rifflux.watch.watcher import FileWatcher, read_watcher_state
+from rifflux.watch.watcher import FileWatcher, event_filter, read_watcher_state
 
 pytestmark = pytest.mark.slow
 
@@ -222,3 +222,34 @@ def test_auto_reindex_on_search_starts_one_job_per_interval(tmp_path: Path, star
         assert job_count(settings) == 1
     finally:
         ctx.close()
+
+
+def test_an_index_in_the_folder_above_the_watched_root_still_sees_edits(
+    tmp_path: Path, start_workers
+) -> None:
+    # RIFFLUX_DB_PATH=./index.db with docs/ watched: the index's folder holds the root.
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "seed.md").write_text("# Seed\n\nThe first document.\n")
+    settings = make_settings(tmp_path, db_path=tmp_path / "index.db", file_watcher_debounce_ms=200)
+    start_workers(settings)
+    queue = IndexQueue(settings)
+    watcher = FileWatcher(settings, [root], queue).start()
+    try:
+        wait_until(lambda: "docs/seed.md" in indexed_paths(settings), timeout=60)
+        (root / "new.md").write_text("# New\n\nA note about heliotrope gardens.\n")
+        wait_until(lambda: "docs/new.md" in indexed_paths(settings), timeout=60)
+    finally:
+        watcher.stop()
+        queue.close()
+
+
+def test_only_the_index_own_files_are_ignored(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, db_path=tmp_path / "index.db")
+    keep = event_filter([tmp_path], settings)
+    ignored = ["index.db", "index.db-wal", "index.db-shm", "queue.db", "queue.db-wal"]
+    ignored += ["workers.log", "index.db.vectors/manifest.json"]
+    for name in ignored:
+        assert not keep(watchfiles.Change.modified, str(tmp_path / name)), name
+    for name in ["notes.md", "docs/index.md", "index.md", "queue.txt"]:
+        assert keep(watchfiles.Change.modified, str(tmp_path / name)), name

@@ -1,0 +1,94 @@
+"""kill -9 of the MCP server in the middle of a job: its local pool dies with it, and
+the restarted server resumes the job to completion and reports it in index_status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from mcp_support import IndexedTree, server_command
+from rifflux_testing import REPO_ROOT, alive, children_of, copy_corpus, index_rows, wait_until
+from test_mcp_http import free_port, http_session, wait_until_listening
+
+from rifflux.index.indexer import Indexer
+from rifflux.queue.client import IndexQueue
+from rifflux.queue.jobs import JobRecord
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+
+@pytest.fixture(name="anyio_backend")
+def anyio_backend_fixture() -> str:
+    return "asyncio"
+
+
+def start_server(tree: IndexedTree, log: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    env = tree.env(
+        RIFFLUX_WORKER_ACTORS="rifflux_test_actors",
+        RIFFLUX_TEST_EMBED_DELAY="0.3",
+        RIFFLUX_BATCH_TARGET_BYTES="20000",
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests" / "queue")]),
+    )
+    proc = subprocess.Popen(
+        server_command("--transport", "http", "--port", str(port), *args),
+        env=env,
+        cwd=tree.root,
+        stdin=subprocess.DEVNULL,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_until_listening(proc, port)
+    return proc, port
+
+
+async def test_a_killed_server_leaves_no_pool_and_its_restart_finishes_the_job(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "work"
+    copy_corpus(root / "docs", limit=80)
+    tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
+    settings = tree.settings()
+    log = tmp_path / "server.log"
+    server, _ = start_server(tree, log, "--reindex-on-start", "docs")
+    queue = IndexQueue(settings)
+    try:
+        wait_until(lambda: settings.db_path.exists(), timeout=30)
+        job_id = queue.status()["recent_jobs"][0]["job_id"]
+
+        def job() -> JobRecord:
+            return queue.job(job_id) or JobRecord("", [], {}, "")
+
+        wait_until(lambda: job().batches_done >= 2, timeout=120)
+        assert not job().finished
+        pools = children_of(server.pid)
+        workers = [pid for pool in pools for pid in children_of(pool)]
+        assert pools and workers
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()
+        # No orphans: the pool and its workers die with the server.
+        wait_until(lambda: not any(alive(pid) for pid in pools + workers), timeout=60)
+        assert not job().finished
+
+        server, port = start_server(tree, log)
+        wait_until(lambda: job().finished, timeout=180)
+        async with http_session(f"http://127.0.0.1:{port}/mcp") as session:
+            result = await session.call_tool("index_status", {})
+        assert not result.is_error
+        status = result.structured_content or json.loads(result.content[0].text)
+    finally:
+        queue.close()
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=60)
+    shown = next(j for j in status["recent_jobs"] if j["job_id"] == job_id)
+    assert shown["state"] == "completed" and shown["stalled"] is False
+    assert shown["files_done"] == 80
+    reference = tree.settings().with_overrides(db_path=tmp_path / "reference" / "index.db")
+    Indexer(reference).run([root / "docs"])
+    assert index_rows(settings.db_path) == index_rows(reference.db_path)

@@ -1,0 +1,306 @@
+"""The supervised worker pool, with real processes: kill -9, recycling, crash loops,
+graceful stops, and pools that never outlive whoever started them."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rifflux_testing import (
+    REPO_ROOT,
+    alive,
+    children_of,
+    copy_corpus,
+    index_rows,
+    wait_until,
+    worker_env,
+)
+
+from rifflux.config import Settings
+from rifflux.index.indexer import Indexer
+from rifflux.queue.client import IndexQueue
+from rifflux.queue.jobs import JobRecord
+from rifflux.store.connection import connect
+from workers import pool as pool_module
+from workers.child import RecycleMiddleware
+from workers.pool import PoolSpec, WorkerPool, backoff_seconds
+
+pytestmark = pytest.mark.slow
+
+TEST_ACTORS = "rifflux_test_actors"
+
+
+def queue_settings(tmp_path: Path, **overrides: object) -> Settings:
+    from rifflux_testing import make_settings
+
+    values: dict[str, object] = {
+        "batch_target_bytes": 20_000,
+        "broker_url": f"sqlite:///{tmp_path / 'index' / 'queue.db'}",
+    }
+    values.update(overrides)
+    return make_settings(tmp_path, **values)
+
+
+class Pool:
+    """``rifflux worker`` as an operator runs it, in its own session."""
+
+    def __init__(self, tmp_path: Path, settings: Settings, processes: int, **env: str) -> None:
+        self.log_path = tmp_path / f"pool-{time.monotonic_ns()}.log"
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rifflux.cli", "worker", "--processes", str(processes)],
+            env=worker_env(settings, RIFFLUX_WORKER_ACTORS=TEST_ACTORS, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
+        self.processes = processes
+
+    def children(self) -> list[int]:
+        return [pid for pid in children_of(self.process.pid) if alive(pid)]
+
+    def wait_full(self, timeout: float = 60) -> list[int]:
+        wait_until(lambda: len(self.children()) == self.processes, timeout=timeout)
+        return self.children()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+@pytest.fixture
+def pools(tmp_path: Path) -> Iterator[list[Pool]]:
+    started: list[Pool] = []
+    yield started
+    for pool in started:
+        pool.stop()
+        if pool.process.poll() is None:
+            os.killpg(pool.process.pid, signal.SIGKILL)
+
+
+def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tuple]:
+    reference = settings.with_overrides(db_path=tmp_path / "reference" / "index.db")
+    Indexer(reference).run([corpus])
+    return index_rows(reference.db_path)
+
+
+def job_of(queue: IndexQueue, job_id: str) -> JobRecord:
+    return queue.job(job_id) or JobRecord("", [], {}, "")
+
+
+def test_killing_a_child_replaces_it_and_the_pool_keeps_serving(tmp_path: Path, pools) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=40)
+    settings = queue_settings(tmp_path)
+    pool = Pool(tmp_path, settings, 2)
+    pools.append(pool)
+    first = pool.wait_full()
+    os.kill(first[0], signal.SIGKILL)
+    wait_until(lambda: first[0] not in pool.children())
+    replaced = pool.wait_full()
+    assert first[0] not in replaced and first[1] in replaced
+    assert pool.process.poll() is None
+
+    queue = IndexQueue(settings)
+    try:
+        record = queue.wait(queue.submit([corpus]), timeout=120)
+    finally:
+        queue.close()
+    assert (record.state, record.files_done) == ("completed", 40)
+    assert pool.stop() == 0
+    assert not any(alive(pid) for pid in replaced)
+
+
+def test_random_kills_during_a_job_lose_and_duplicate_nothing(tmp_path: Path, pools) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=120)
+    settings = queue_settings(tmp_path)
+    pool = Pool(tmp_path, settings, 2, RIFFLUX_TEST_EMBED_DELAY="0.4")
+    pools.append(pool)
+    pool.wait_full()
+    queue = IndexQueue(settings)
+    kills = 0
+    rng = random.Random(7)
+    try:
+        job_id = queue.submit([corpus])
+        while not job_of(queue, job_id).finished:
+            time.sleep(rng.uniform(1.0, 2.5))
+            children = pool.children()
+            if children and not job_of(queue, job_id).finished:
+                os.kill(rng.choice(children), signal.SIGKILL)
+                kills += 1
+            assert kills < 60, "the job did not finish"
+        record = queue.wait(job_id, timeout=5)
+    finally:
+        queue.close()
+    assert kills >= 2
+    assert "pool.stopped" not in pool.log_path.read_text()
+    assert record.state == "completed", record.errors
+    assert record.files_done == 120
+    stored = index_rows(settings.db_path)
+    assert len({row[2] for row in stored}) == len(stored)
+    assert stored == reference_rows(tmp_path, corpus, settings)
+    pool.wait_full()
+
+
+def test_kill_9_in_the_middle_of_a_write_transaction_leaves_no_partial_batch(
+    tmp_path: Path, pools
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=60)
+    settings = queue_settings(tmp_path)
+    marker = tmp_path / "writer.pid"
+    pool = Pool(tmp_path, settings, 2, RIFFLUX_TEST_WRITE_PAUSE_FILE=str(marker))
+    pools.append(pool)
+    pool.wait_full()
+    queue = IndexQueue(settings)
+    try:
+        job_id = queue.submit([corpus])
+        wait_until(marker.exists, timeout=120)
+        writer = int(marker.read_text())
+        # The writer sleeps inside its transaction with its rows applied: none is visible.
+        reader = connect(settings.db_path, readonly=True)
+        try:
+            visible = reader.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+            written = job_of(queue, job_id).batches_done
+        finally:
+            reader.close()
+        os.kill(writer, signal.SIGKILL)
+        record = queue.wait(job_id, timeout=120)
+    finally:
+        queue.close()
+    assert written == 0 and visible == 0
+    assert record.state == "completed", record.errors
+    stored = index_rows(settings.db_path)
+    assert len({row[2] for row in stored}) == len(stored)
+    assert stored == reference_rows(tmp_path, corpus, settings)
+
+
+def test_children_are_recycled_after_max_messages_and_the_job_is_unchanged(
+    tmp_path: Path, pools
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=60)
+    settings = queue_settings(tmp_path)
+    pool = Pool(tmp_path, settings, 1, RIFFLUX_WORKER_MAX_MESSAGES="3")
+    pools.append(pool)
+    first = pool.wait_full()
+    queue = IndexQueue(settings)
+    try:
+        record = queue.wait(queue.submit([corpus]), timeout=180)
+    finally:
+        queue.close()
+    assert record.state == "completed", record.errors
+    assert record.batches_total >= 6
+    assert first[0] not in pool.children()
+    log = pool.log_path.read_text()
+    recycled = log.count("pool.child_recycled")
+    # One plan, batches_total embeds and writes, one finalize; a child stops after its
+    # 3rd message, or its 4th when one was already taken from its prefetch by then.
+    messages = 1 + 2 * record.batches_total + 1
+    assert recycled >= messages // 4 - 1
+    assert "pool.child_died" not in log
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def test_recycle_middleware_asks_to_stop_past_the_memory_limit() -> None:
+    stop = threading.Event()
+    middleware = RecycleMiddleware(stop, max_messages=0, max_rss_bytes=1)
+    middleware.after_process_message(None, None)  # type: ignore[arg-type]
+    assert stop.is_set() and middleware.reason is not None
+    assert middleware.reason.startswith("resident memory")
+
+    calm = threading.Event()
+    unlimited = RecycleMiddleware(calm, max_messages=0, max_rss_bytes=0)
+    for _ in range(100):
+        unlimited.after_process_message(None, None)  # type: ignore[arg-type]
+    assert not calm.is_set() and unlimited.processed == 100
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    delays = [backoff_seconds(n) for n in range(1, 10)]
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert delays[-1] == pool_module.BACKOFF_CAP_SECONDS
+    assert backoff_seconds(0) == 0.0
+
+
+def test_a_crash_loop_stops_the_pool_with_one_line_naming_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Children that cannot even import their actors die at once, every time.
+    monkeypatch.setattr(pool_module, "BACKOFF_BASE_SECONDS", 0.01)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    spec = PoolSpec(processes=2, actors="no_such_actors_module")
+    deaths: list[int] = []
+    pool = WorkerPool(spec, env=env, log_name="/var/log/w.log", on_child_death=deaths.append)
+    assert pool.run() == pool_module.EXIT_CRASH_LOOP
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("rifflux: error: worker processes failed to start 6 times within 60 s")
+    assert line.endswith("the pool stopped; see /var/log/w.log")
+    assert len(deaths) == 6 and pool.child_pids() == []
+
+
+def test_sigterm_stops_the_pool_gracefully(tmp_path: Path, pools) -> None:
+    settings = queue_settings(tmp_path)
+    pool = Pool(tmp_path, settings, 2)
+    pools.append(pool)
+    children = pool.wait_full()
+    assert pool.stop() == 0
+    assert not any(alive(pid) for pid in children)
+    assert "pool.child_died" not in pool.log_path.read_text()
+
+
+def test_a_local_pool_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    settings = queue_settings(tmp_path)
+    script = (
+        "import sys, time\n"
+        "from rifflux.config import Settings\n"
+        "from rifflux.queue.client import IndexQueue\n"
+        "queue = IndexQueue(Settings.from_env())\n"
+        "pool = queue.start_pool(2)\n"
+        "print('POOL', pool.process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    starter = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=worker_env(settings),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert starter.stdout is not None
+        line = b""
+        while not line.startswith(b"POOL "):
+            line = starter.stdout.readline()
+            assert line, "the starter exited"
+        supervisor = int(line.split()[1])
+        wait_until(lambda: len([p for p in children_of(supervisor) if alive(p)]) == 2)
+        workers = children_of(supervisor)
+        starter.kill()
+        starter.wait()
+        wait_until(lambda: not alive(supervisor), timeout=60)
+        wait_until(lambda: not any(alive(pid) for pid in workers), timeout=60)
+    finally:
+        if _group_alive(starter.pid):
+            os.killpg(starter.pid, signal.SIGKILL)
+        starter.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,140 @@
+"""One supervised worker process: a Dramatiq ``Worker`` that stops when told, when its
+parent dies, or when it should be recycled.
+
+Run by :mod:`workers.pool` as ``python -m workers.child``; never on its own. The
+process imports the actors module (which builds the broker from ``RIFFLUX_*``), emits
+Dramatiq's ``process_boot`` (the time-limit middleware starts its timer thread there),
+and runs a ``dramatiq.Worker`` until one of:
+
+- SIGTERM, SIGINT or SIGHUP: the worker finishes the messages it is running, then the
+  process exits 0;
+- its parent (the pool) is gone, even after ``kill -9``: the kernel sends SIGTERM
+  (``PR_SET_PDEATHSIG``, set by the pool) and a watch on ``getppid`` backs it up;
+- it has processed ``RIFFLUX_WORKER_MAX_MESSAGES`` messages or its resident memory has
+  passed ``RIFFLUX_WORKER_MAX_RSS_MB``: checked after each message, so a process is
+  never recycled in the middle of a write; it exits :data:`EXIT_RECYCLE` and the pool
+  starts a fresh one at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+import dramatiq
+import structlog
+from dramatiq.middleware import Middleware
+
+log = structlog.get_logger(__name__)
+
+EXIT_RECYCLE = 3
+"""Exit code of a child that stopped because it reached a recycling limit."""
+PARENT_CHECK_SECONDS = 1.0
+"""How often the child checks that its pool is still its parent."""
+STOP_TIMEOUT_MS = 25_000
+"""How long in-flight messages get to finish on a graceful stop (the pool waits 30 s)."""
+
+
+def resident_bytes() -> int:
+    """This process's resident set size now (Linux ``/proc``; peak RSS elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class RecycleMiddleware(Middleware):
+    """Asks the process to stop after ``max_messages`` or past ``max_rss_bytes`` (0: off)."""
+
+    def __init__(self, stop: threading.Event, *, max_messages: int, max_rss_bytes: int) -> None:
+        self.stop = stop
+        self.max_messages = max_messages
+        self.max_rss_bytes = max_rss_bytes
+        self.processed = 0
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+
+    def after_process_message(
+        self, broker: dramatiq.Broker, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        self._count()
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        self._count()
+
+    def _count(self) -> None:
+        with self._lock:
+            self.processed += 1
+            if self.reason is not None:
+                return
+            if self.max_messages and self.processed >= self.max_messages:
+                self.reason = f"processed {self.processed} messages"
+            elif self.max_rss_bytes and (rss := resident_bytes()) > self.max_rss_bytes:
+                self.reason = f"resident memory {rss // 2**20} MB"
+            else:
+                return
+        log.info("worker.recycling", reason=self.reason, processed=self.processed)
+        self.stop.set()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.child")
+    parser.add_argument("--actors", default="workers.actors")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--queues", nargs="*", default=[])
+    parser.add_argument("--max-messages", type=int, default=0)
+    parser.add_argument("--max-rss-mb", type=int, default=0)
+    parser.add_argument("--ready-fd", type=int, help="write one byte here once consuming")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, request_stop)
+    parent = os.getppid()
+
+    importlib.import_module(args.actors)
+    broker = dramatiq.get_broker()
+    broker.emit_after("process_boot")
+    recycle = RecycleMiddleware(
+        stop, max_messages=args.max_messages, max_rss_bytes=args.max_rss_mb * 2**20
+    )
+    broker.add_middleware(recycle)
+    worker = dramatiq.Worker(broker, queues=set(args.queues) or None, worker_threads=args.threads)
+    worker.start()
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"1")
+        os.close(args.ready_fd)
+    while not stop.wait(PARENT_CHECK_SECONDS):
+        if os.getppid() != parent:
+            log.warning("worker.parent_gone", parent=parent)
+            break
+    worker.stop(timeout=STOP_TIMEOUT_MS)
+    broker.emit_before("process_stop")
+    broker.close()
+    broker.emit_after("process_stop")
+    return EXIT_RECYCLE if recycle.reason is not None else 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Dramatiq's threads are stopped; skip interpreter teardown of leftover daemon threads.
+    os._exit(code)
