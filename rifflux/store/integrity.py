@@ -14,7 +14,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-# quick_check stops after this many problems (SQLite's default is 100).
+# quick_check stops after this many problems. SQLite's default (100) made it fail with
+# "database disk image is malformed" instead of listing 30 garbage pages here.
 MAX_PROBLEMS = 20
 
 
@@ -33,5 +34,12 @@ def quick_check(db_path: Path | str, max_problems: int = MAX_PROBLEMS) -> list[s
         return [str(exc)]
     finally:
         conn.close()
-    problems = [" ".join(str(row[0]).split()) for row in rows]
+    # One row may hold several newline-separated complaints under a "*** in database
+    # main ***" header: each complaint becomes one line.
+    problems = [
+        " ".join(line.split())
+        for row in rows
+        for line in str(row[0]).splitlines()
+        if line.strip() and not line.startswith("***")
+    ]
     return [] if problems == ["ok"] else problems
