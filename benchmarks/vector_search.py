@@ -5,6 +5,10 @@ segment writer and manifest, then a fresh process (so its RSS is the front proce
 memory-maps them through the reader the search service uses and times top-k searches
 (limit 20: top_k 10 x the default candidate multiplier 2). The floor is one ``np.sum``
 pass over the same memory-mapped matrix (memory bandwidth), measured in the same run.
+``open_ms``/``open_cpu_s`` is the first map in the process, which verifies every file's
+sha256; ``reopen_ms`` a second map (files already verified by this process);
+``restat_us`` the per-search re-stat of the mapped files; ``rows_check_ms`` (service)
+the one comparison of a fresh cache's row identities with the database.
 Optionally times the ONNX query embedding, which a real hybrid search adds, and the
 search service end to end (query embedding, cache, SQLite) on an existing index.
 
@@ -108,10 +112,21 @@ def measure(directory: Path, queries: int, seed: int) -> dict[str, object]:
     from rifflux.vectors.cache import open_view
 
     rss_start = proc_status()
+    cpu = os.times()
     started = time.perf_counter()
     view = open_view(directory)
     assert view is not None
     open_ms = (time.perf_counter() - started) * 1000
+    after = os.times()
+    open_cpu_s = (after.user - cpu.user) + (after.system - cpu.system)
+    started = time.perf_counter()
+    assert open_view(directory) is not None
+    reopen_ms = (time.perf_counter() - started) * 1000
+    restat = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        assert view.changed_file() is None
+        restat.append((time.perf_counter() - t0) * 1e6)
     rng = np.random.default_rng(seed)
     qs = rng.standard_normal((queries + 3, DIM)).astype(np.float32)
     for q in qs[:3]:  # warm-up: map the pages
@@ -135,6 +150,9 @@ def measure(directory: Path, queries: int, seed: int) -> dict[str, object]:
         "matrix_mib": round(matrix.nbytes / 2**20),
         "queries": queries,
         "open_ms": round(open_ms, 1),
+        "open_cpu_s": round(open_cpu_s, 2),
+        "reopen_ms": round(reopen_ms, 1),
+        "restat_us": round(statistics.median(restat), 1),
         "p50_ms": round(p50, 2),
         "p95_ms": round(percentile(timings, 0.95), 2),
         "np_sum_floor_ms": round(floor_ms, 2),
@@ -178,6 +196,17 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     service = SearchService(Settings(db_path=db_path, embedding_backend=backend))
     report: dict[str, object] = {"db": str(db_path), "model": model}
     report.update(time_searches(service, ("semantic", "hybrid"), rounds))
+    from rifflux.vectors.cache import open_view, rows_mismatch
+    from rifflux.vectors.segments import vectors_dir
+
+    view = open_view(vectors_dir(db_path))
+    assert view is not None
+    checks = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        assert rows_mismatch(service.connection(), view) is None
+        checks.append((time.perf_counter() - t0) * 1000)
+    report["rows_check_ms"] = round(statistics.median(checks), 1)
     counts = service.counts()
     report["chunks"] = counts["chunks"]
     report["vector_cache"] = counts["vector_cache"]
