@@ -322,7 +322,7 @@ class SearchService:
             cache["ok"] = False  # Not checked; the database problem says why.
         else:
             try:
-                status = self._vectors.status(self.connection(), self.db_path)
+                status = self._vectors.status(self.connection(), self.db_path, thorough=True)
             except (sqlite3.DatabaseError, RiffluxError) as exc:
                 cache.update(ok=False, problems=[f"cannot be checked: {exc}"])
             else:

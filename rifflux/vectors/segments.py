@@ -451,9 +451,9 @@ def load_segment(directory: Path, ref: SegmentRef, dim: int) -> Segment:
     return Segment(vectors, meta, paths, dead, tuple(stamps))
 
 
-def live_idents(segments: Sequence[Segment]) -> np.ndarray:
-    """The identities of every live row, sorted (to compare with the database's)."""
-    parts = [np.asarray(s.meta[s.live_mask(), META_IDENT]) for s in segments]
+def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:
+    """One meta column (META_ROWID, META_IDENT) of every live row, sorted."""
+    parts = [np.asarray(s.meta[s.live_mask(), column]) for s in segments]
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 

@@ -163,6 +163,26 @@ def test_rows_that_differ_from_the_database_at_the_same_generation_are_corrupt(
     service.close()
 
 
+def test_status_check_compares_full_row_identities_with_the_database(cfg: Settings) -> None:
+    """Same rowids, another chunk behind one of them, same generation: only the thorough
+    identity comparison of ``check()`` can tell, and a full publish repairs it."""
+    conn = open_index(cfg.db_path)
+    first = conn.execute("SELECT MIN(id) FROM chunks").fetchone()[0]
+    conn.execute("UPDATE chunks SET embed_sha256 = 'swapped' WHERE id = ?", (first,))
+    conn.close()
+    service = SearchService(cfg)
+    assert service.counts()["vector_cache"]["state"] == "fresh"
+
+    check = service.check()
+
+    assert check["ok"] is False and check["database"]["ok"] is True
+    assert check["vector_cache"]["state"] == "corrupt"
+    assert "row identities do not match" in check["vector_cache"]["problems"][0]
+    assert publish(cfg.db_path, source="repair", full=True) is not None
+    assert service.check()["ok"] is True
+    service.close()
+
+
 def test_a_publisher_never_copies_rows_out_of_a_damaged_segment(
     cfg: Settings, docs: Path, reference: SearchService
 ) -> None:
