@@ -16,6 +16,7 @@ search service end to end (query embedding, cache, SQLite) on an existing index.
     .venv/bin/python benchmarks/vector_search.py
     .venv/bin/python benchmarks/vector_search.py --sizes 20000 100000 --onnx-queries 20
     .venv/bin/python benchmarks/vector_search.py --sizes --service-db /tmp/ac-onnx/index.db
+    .venv/bin/python benchmarks/vector_search.py --sizes --publish-db /tmp/ac-onnx/index.db
 """
 
 from __future__ import annotations
@@ -217,6 +218,36 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     return report
 
 
+def publish_ms(db_path: Path, rounds: int) -> dict[str, object]:
+    """Full and no-op publishes on a copy of an index (CPU seconds and wall ms, p50)."""
+    from rifflux.vectors.publish import publish
+
+    with tempfile.TemporaryDirectory(prefix="rifflux-publish-") as tmp:
+        db = Path(tmp) / "index.db"
+        shutil.copyfile(db_path, db)
+        walls, cpus = [], []
+        for _ in range(rounds):
+            shutil.rmtree(f"{db}.vectors", ignore_errors=True)
+            c0, t0 = os.times(), time.perf_counter()
+            publish(db, source="benchmark")
+            walls.append((time.perf_counter() - t0) * 1000)
+            c1 = os.times()
+            cpus.append((c1.user - c0.user) + (c1.system - c0.system))
+        noop = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            result = publish(db, source="benchmark")
+            noop.append((time.perf_counter() - t0) * 1000)
+            assert result is not None and result.action == "unchanged"
+    return {
+        "db": str(db_path),
+        "full_publish_wall_ms": round(statistics.median(walls), 1),
+        "full_publish_cpu_s": round(statistics.median(cpus), 3),
+        "noop_publish_first_ms": round(noop[0], 1),
+        "noop_publish_p50_ms": round(statistics.median(noop), 1),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[20_000, 100_000, 1_000_000])
@@ -225,6 +256,7 @@ def main() -> int:
     parser.add_argument("--onnx-queries", type=int, default=0, help="time ONNX query embedding")
     parser.add_argument("--service-db", type=Path, help="also time SearchService on this index")
     parser.add_argument("--rounds", type=int, default=5, help="passes over the service queries")
+    parser.add_argument("--publish-db", type=Path, help="time publishes on a copy of this index")
     parser.add_argument("--workdir", type=Path, help="keep the caches here (default: temp dir)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
@@ -260,6 +292,8 @@ def main() -> int:
             report["onnx_query_embedding"] = onnx_query_ms(args.onnx_queries)
         if args.service_db:
             report["service"] = service_ms(args.service_db, args.rounds)
+        if args.publish_db:
+            report["publish"] = publish_ms(args.publish_db, args.rounds)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
