@@ -349,6 +349,8 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
         if status is not None:
             _print_status(status)
         db_line = "ok" if check["database"]["ok"] else "DAMAGED"
+        if not settings.db_path.is_file():
+            db_line = "MISSING"
         cache = check["vector_cache"]
         cache_line = f"ok ({cache['state']})" if cache["ok"] else "CORRUPT"
         if cache["state"] is None:
