@@ -5,12 +5,18 @@ segment writer and manifest, then a fresh process (so its RSS is the front proce
 memory-maps them through the reader the search service uses and times top-k searches
 (limit 20: top_k 10 x the default candidate multiplier 2). The floor is one ``np.sum``
 pass over the same memory-mapped matrix (memory bandwidth), measured in the same run.
+``open_ms``/``open_cpu_s`` is the first map in the process, which verifies every file's
+sha256; ``reopen_ms`` a second map (files already verified by this process);
+``restat_us`` the per-search re-stat of the mapped files; ``rows_check_ms`` (service)
+the one comparison of a fresh cache's rowids with the database per loaded manifest, and
+``rows_check_thorough_ms`` the full identity comparison of ``rifflux status --check``.
 Optionally times the ONNX query embedding, which a real hybrid search adds, and the
 search service end to end (query embedding, cache, SQLite) on an existing index.
 
     .venv/bin/python benchmarks/vector_search.py
     .venv/bin/python benchmarks/vector_search.py --sizes 20000 100000 --onnx-queries 20
     .venv/bin/python benchmarks/vector_search.py --sizes --service-db /tmp/ac-onnx/index.db
+    .venv/bin/python benchmarks/vector_search.py --sizes --publish-db /tmp/ac-onnx/index.db
 """
 
 from __future__ import annotations
@@ -108,10 +114,21 @@ def measure(directory: Path, queries: int, seed: int) -> dict[str, object]:
     from rifflux.vectors.cache import open_view
 
     rss_start = proc_status()
+    cpu = os.times()
     started = time.perf_counter()
     view = open_view(directory)
     assert view is not None
     open_ms = (time.perf_counter() - started) * 1000
+    after = os.times()
+    open_cpu_s = (after.user - cpu.user) + (after.system - cpu.system)
+    started = time.perf_counter()
+    assert open_view(directory) is not None
+    reopen_ms = (time.perf_counter() - started) * 1000
+    restat = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        assert view.changed_file() is None
+        restat.append((time.perf_counter() - t0) * 1e6)
     rng = np.random.default_rng(seed)
     qs = rng.standard_normal((queries + 3, DIM)).astype(np.float32)
     for q in qs[:3]:  # warm-up: map the pages
@@ -135,6 +152,9 @@ def measure(directory: Path, queries: int, seed: int) -> dict[str, object]:
         "matrix_mib": round(matrix.nbytes / 2**20),
         "queries": queries,
         "open_ms": round(open_ms, 1),
+        "open_cpu_s": round(open_cpu_s, 2),
+        "reopen_ms": round(reopen_ms, 1),
+        "restat_us": round(statistics.median(restat), 1),
         "p50_ms": round(p50, 2),
         "p95_ms": round(percentile(timings, 0.95), 2),
         "np_sum_floor_ms": round(floor_ms, 2),
@@ -178,11 +198,54 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     service = SearchService(Settings(db_path=db_path, embedding_backend=backend))
     report: dict[str, object] = {"db": str(db_path), "model": model}
     report.update(time_searches(service, ("semantic", "hybrid"), rounds))
+    from rifflux.vectors.cache import open_view, rows_mismatch
+    from rifflux.vectors.segments import vectors_dir
+
+    view = open_view(vectors_dir(db_path))
+    assert view is not None
+    for thorough in (False, True):
+        checks = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert rows_mismatch(service.connection(), view, thorough=thorough) is None
+            checks.append((time.perf_counter() - t0) * 1000)
+        name = "rows_check_thorough_ms" if thorough else "rows_check_ms"
+        report[name] = round(statistics.median(checks), 1)
     counts = service.counts()
     report["chunks"] = counts["chunks"]
     report["vector_cache"] = counts["vector_cache"]
     service.close()
     return report
+
+
+def publish_ms(db_path: Path, rounds: int) -> dict[str, object]:
+    """Full and no-op publishes on a copy of an index (CPU seconds and wall ms, p50)."""
+    from rifflux.vectors.publish import publish
+
+    with tempfile.TemporaryDirectory(prefix="rifflux-publish-") as tmp:
+        db = Path(tmp) / "index.db"
+        shutil.copyfile(db_path, db)
+        walls, cpus = [], []
+        for _ in range(rounds):
+            shutil.rmtree(f"{db}.vectors", ignore_errors=True)
+            c0, t0 = os.times(), time.perf_counter()
+            publish(db, source="benchmark")
+            walls.append((time.perf_counter() - t0) * 1000)
+            c1 = os.times()
+            cpus.append((c1.user - c0.user) + (c1.system - c0.system))
+        noop = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            result = publish(db, source="benchmark")
+            noop.append((time.perf_counter() - t0) * 1000)
+            assert result is not None and result.action == "unchanged"
+    return {
+        "db": str(db_path),
+        "full_publish_wall_ms": round(statistics.median(walls), 1),
+        "full_publish_cpu_s": round(statistics.median(cpus), 3),
+        "noop_publish_first_ms": round(noop[0], 1),
+        "noop_publish_p50_ms": round(statistics.median(noop), 1),
+    }
 
 
 def main() -> int:
@@ -193,6 +256,7 @@ def main() -> int:
     parser.add_argument("--onnx-queries", type=int, default=0, help="time ONNX query embedding")
     parser.add_argument("--service-db", type=Path, help="also time SearchService on this index")
     parser.add_argument("--rounds", type=int, default=5, help="passes over the service queries")
+    parser.add_argument("--publish-db", type=Path, help="time publishes on a copy of this index")
     parser.add_argument("--workdir", type=Path, help="keep the caches here (default: temp dir)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
@@ -228,6 +292,8 @@ def main() -> int:
             report["onnx_query_embedding"] = onnx_query_ms(args.onnx_queries)
         if args.service_db:
             report["service"] = service_ms(args.service_db, args.rounds)
+        if args.publish_db:
+            report["publish"] = publish_ms(args.publish_db, args.rounds)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument(
         "--in-process", action="store_true", help="index in this process, without the queue"
     )
+    index.add_argument(
+        "--repair",
+        action="store_true",
+        help="check the database, then republish the vector cache from it (no indexing)",
+    )
     index.set_defaults(handler=cmd_index)
 
     worker = sub.add_parser(
@@ -83,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="index counts, jobs and workers")
     _common_db(status)
     status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--check",
+        action="store_true",
+        help="also run PRAGMA quick_check and verify the vector cache; exit 1 on damage",
+    )
     status.set_defaults(handler=cmd_status)
 
     watch = sub.add_parser("watch", help="watch paths and keep them indexed (runs until stopped)")
@@ -112,6 +122,10 @@ def _print_json(data: Any) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if args.repair:
+        if args.paths or args.rebuild or args.force:
+            raise RiffluxError("--repair takes no paths, --rebuild or --force")
+        return _repair(settings, args)
     if args.rebuild:
         remove_index(settings.db_path)
     roots = args.paths or [Path(".")]
@@ -167,6 +181,41 @@ def _index_in_process(settings: Settings, roots: list[Path], args: argparse.Name
         )
         for skipped in report.skipped:
             print(f"  skipped {skipped.rel_path}: {skipped.reason}")
+    return 0
+
+
+def _repair(settings: Settings, args: argparse.Namespace) -> int:
+    """Republish the vector cache from the database's embedding BLOBs, in this process.
+
+    The database is quick_checked first: a cache rebuilt from a damaged database would
+    carry its damage, so that case fails and points at ``--rebuild``.
+    """
+    from rifflux.store.integrity import quick_check
+    from rifflux.vectors.publish import publish
+
+    if not settings.db_path.is_file():
+        raise RiffluxError(f"no index at {settings.db_path}; create it with `rifflux index DIR`")
+    problems = quick_check(settings.db_path)
+    if problems:
+        raise RiffluxError(
+            f"index database is damaged ({problems[0]}); rebuild with `rifflux index --rebuild DIR`"
+        )
+    result = publish(settings.db_path, source="repair", full=True)
+    assert result is not None
+    manifest = result.manifest
+    report = {
+        "generation": manifest.generation,
+        "rows": manifest.rows,
+        "segments": len(manifest.segments),
+        "database": "ok",
+    }
+    if args.json:
+        _print_json(report)
+    else:
+        print(
+            f"vector cache republished at generation {manifest.generation}: "
+            f"{manifest.rows} rows in {len(manifest.segments)} segment(s); database ok"
+        )
     return 0
 
 
@@ -229,6 +278,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(response)
     else:
+        if "warning" in response:
+            print(f"rifflux: warning: {response['warning']}", file=sys.stderr)
         print(format_results(response))
     return 0
 
@@ -255,6 +306,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rifflux.queue.client import IndexQueue
 
     settings = _settings(args)
+    if args.check:
+        return _status_check(settings, args)
     service = SearchService(settings)
     queue = IndexQueue(settings)
     try:
@@ -265,6 +318,55 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status)
         return 0
+    _print_status(status)
+    return 0
+
+
+def _status_check(settings: Settings, args: argparse.Namespace) -> int:
+    """``status --check``: the checks first, then as much status as a damaged index allows.
+
+    Problems go to stderr, one line each, and make the exit status 1.
+    """
+    import contextlib
+    import sqlite3
+
+    from rifflux.queue.client import IndexQueue
+
+    service = SearchService(settings)
+    queue = None
+    status: dict[str, Any] | None = None
+    try:
+        check = service.check()
+        if settings.db_path.is_file():
+            queue = IndexQueue(settings)
+            with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):
+                status = {**service.counts(), **queue.status()}  # The check says why not.
+    finally:
+        service.close()
+        if queue is not None:
+            queue.close()
+    problems = [f"index database: {p}" for p in check["database"]["problems"]]
+    problems += [f"vector cache: {p}" for p in check["vector_cache"]["problems"]]
+    if args.json:
+        _print_json({**(status or {"db_path": str(settings.db_path)}), "check": check})
+    else:
+        if status is not None:
+            _print_status(status)
+        db_line = "ok" if check["database"]["ok"] else "DAMAGED"
+        if not settings.db_path.is_file():
+            db_line = "MISSING"
+        cache = check["vector_cache"]
+        cache_line = f"ok ({cache['state']})" if cache["ok"] else "CORRUPT"
+        if cache["state"] is None:
+            cache_line = "not checked"
+        print(f"{'check database':>16}: {db_line} (PRAGMA quick_check)")
+        print(f"{'check vectors':>16}: {cache_line}")
+    for problem in problems:
+        print(f"rifflux: check failed: {problem}", file=sys.stderr)
+    return 0 if check["ok"] else EXIT_ERROR
+
+
+def _print_status(status: dict[str, Any]) -> None:
     for key in ("db_path", "files", "chunks", "embeddings", "generation", "embedding_model"):
         print(f"{key:>16}: {status[key]}")
     print(f"{'broker':>16}: {status['broker']}")
@@ -282,7 +384,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         if job["stalled"]:
             print(f"{'':>20}stalled: {job['stalled_reason']}")
-    return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

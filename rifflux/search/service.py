@@ -2,6 +2,12 @@
 
 Results follow one contract in every mode: exactly ``chunk_id``, ``path``,
 ``heading_path``, ``chunk_index``, ``content`` and a mode-specific ``score_breakdown``.
+
+A corrupt vector cache never yields semantic results: semantic and hybrid searches
+answer with the lexical results (``score_breakdown`` ``{"bm25": ...}``, so a client can
+tell) and the response gains a ``warning`` naming the damage and the repair. A user who
+asked for meaning still gets the keyword matches, which are right, rather than nothing
+or hits that may be arbitrary. Without damage the response has no ``warning`` key.
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
-from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError
+from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError, RiffluxError
 from rifflux.search.fusion import maxnorm_fuse, rrf_fuse
 from rifflux.search.lexical import lexical_search
 from rifflux.store.connection import open_index
+from rifflux.store.integrity import quick_check
 from rifflux.store.writer import current_generation, get_metadata
 from rifflux.vectors.cache import VectorCache
+from rifflux.vectors.segments import CacheCorrupt, forget_verified
+
+REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also republishes it)"
 
 log = structlog.get_logger(__name__)
 
@@ -121,19 +131,48 @@ class SearchService:
     # -- search ----------------------------------------------------------------------
 
     def search(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> list[dict[str, Any]]:
+        return self._search(query, top_k=top_k, mode=mode)[0]
+
+    def _search(
+        self, query: str, *, top_k: int, mode: str
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """(results, warning): the warning is set when lexical results stand in."""
         mode = validate_mode(mode)
         top_k = validate_top_k(top_k)
         if not isinstance(query, str):
             raise InvalidQueryError("query must be a string")
         if not query.strip():
-            return []
+            return [], None
         limit = top_k * self.settings.candidate_multiplier
         conn = self.connection()
         if mode == "lexical":
-            hits = lexical_search(conn, query, limit)[:top_k]
-            rows = self._rows(conn, [h.row_id for h in hits])
-            return [{**rows[h.row_id], "score_breakdown": {"bm25": h.bm25}} for h in hits]
-        semantic = self._semantic(conn, query, limit)
+            return self._lexical(conn, query, limit, top_k), None
+        try:
+            semantic = self._semantic(conn, query, limit)
+        except CacheCorrupt as exc:
+            warning = (
+                f"the vector cache is corrupt ({exc}); these are lexical results "
+                f"instead of {mode} ones; {REPAIR_HINT}"
+            )
+            return self._lexical(conn, query, limit, top_k), warning
+        return self._fused(conn, query, limit, top_k, mode, semantic), None
+
+    def _lexical(
+        self, conn: sqlite3.Connection, query: str, limit: int, top_k: int
+    ) -> list[dict[str, Any]]:
+        hits = lexical_search(conn, query, limit)[:top_k]
+        rows = self._rows(conn, [h.row_id for h in hits])
+        return [{**rows[h.row_id], "score_breakdown": {"bm25": h.bm25}} for h in hits]
+
+    def _fused(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        limit: int,
+        top_k: int,
+        mode: str,
+        semantic: list[Any],
+    ) -> list[dict[str, Any]]:
         if mode == "semantic":
             # Vector cache: a chunk deleted since the search is dropped, not a KeyError.
             rows = self._rows(conn, [h.row_id for h in semantic])
@@ -182,14 +221,17 @@ class SearchService:
         self, query: str, *, top_k: int = 10, mode: str = "hybrid"
     ) -> dict[str, Any]:
         """The object the MCP tool and ``rifflux search --json`` return."""
-        results = self.search(query, top_k=top_k, mode=mode)
-        return {
+        results, warning = self._search(query, top_k=top_k, mode=mode)
+        response: dict[str, Any] = {
             "query": query,
             "mode": mode,
             "count": len(results),
             "embedding_model": self.stored_model() or self.embedder_label,
-            "results": results,
         }
+        if warning is not None:
+            response["warning"] = warning
+        response["results"] = results
+        return response
 
     def _semantic(self, conn: sqlite3.Connection, query: str, limit: int) -> list[Any]:
         stored = self.stored_model(conn)
@@ -263,4 +305,32 @@ class SearchService:
             "embedding_model": self.stored_model(conn),
             "embedding_backend": self.settings.embedding_backend,
             "vector_cache": self._vectors.status(conn, self.db_path),
+        }
+
+    def check(self) -> dict[str, Any]:
+        """``PRAGMA quick_check`` of the database and a full verification of the cache.
+
+        ``{"ok", "database": {"ok", "problems"}, "vector_cache": {"ok", "state",
+        "problems"}}``; every problem is one line. The cache is re-hashed even if this
+        process verified it before.
+        """
+        db_problems = quick_check(self.db_path)
+        cache: dict[str, Any] = {"ok": True, "state": None, "problems": []}
+        forget_verified()
+        self._vectors.forget()
+        if not self.db_path.is_file():
+            cache["ok"] = False  # Not checked; the database problem says why.
+        else:
+            try:
+                status = self._vectors.status(self.connection(), self.db_path, thorough=True)
+            except (sqlite3.DatabaseError, RiffluxError) as exc:
+                cache.update(ok=False, problems=[f"cannot be checked: {exc}"])
+            else:
+                cache["state"] = status["state"]
+                if status["state"] == "corrupt":
+                    cache.update(ok=False, problems=[f"{status['reason']}; {REPAIR_HINT}"])
+        return {
+            "ok": not db_problems and cache["ok"],
+            "database": {"ok": not db_problems, "problems": db_problems},
+            "vector_cache": cache,
         }

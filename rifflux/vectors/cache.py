@@ -16,9 +16,23 @@ Staleness policy:
   duration, so a big index spends at most ~10% of a core on it while a job runs);
   searches never wait for it. Writers
   publish when a job finalizes, so a finished job's chunks are found by the next search.
-* missing (no manifest, an unreadable one, or one of another database or model): the
-  search rebuilds the cache synchronously (``source: "search-rebuild"``); if it cannot
-  be written, it searches an in-memory copy built from SQLite for that generation.
+* missing (no manifest, one of a format this version does not read, or one of another
+  database or model): the search rebuilds the cache synchronously
+  (``source: "search-rebuild"``); if it cannot be written, it searches an in-memory copy
+  built from SQLite for that generation.
+* corrupt (a file does not match its checksum or row count, the manifest is damaged or
+  names files that do not exist, or a fresh cache's row identities differ from the
+  database's rows at its generation): :meth:`VectorCache.search` raises
+  :class:`CacheCorrupt` with the reason, and the search service answers with lexical
+  results and a warning instead of semantic ones that may be wrong. The reader does not
+  repair: the next writer's publish does (any job, or ``rifflux index --repair``), since
+  it refuses to reuse an unverified row. The verdict is kept per manifest stat key, so a
+  corrupt cache is hashed once, not at every search.
+* outdated (format 1, written before checksums): served as stale (per-hit validation,
+  ``reason`` in the status); its background refresh republishes it in the new format.
+
+Row ids are compared with the database's once per loaded manifest, when its generation
+is the database's (:func:`rows_mismatch`: one read of the rowids, ~17 ms per 24k rows).
 """
 
 from __future__ import annotations
@@ -40,15 +54,21 @@ from rifflux.vectors.publish import (
     INDEX_UID_KEY,
     READ_CHUNK,
     index_head,
+    list_rowids,
     list_rows,
     publish,
     read_vectors,
 )
 from rifflux.vectors.segments import (
+    META_IDENT,
+    META_ROWID,
+    CacheCorrupt,
     CacheUnusable,
     Candidate,
     Manifest,
     Segment,
+    format_is_current,
+    live_column,
     load_segment,
     manifest_stat_key,
     read_manifest,
@@ -90,12 +110,29 @@ class CacheView:
     def live_rows(self) -> int:
         return sum(s.live for s in self.segments)
 
+    @property
+    def outdated(self) -> bool:
+        """A format older than the writers' (no checksums): served as stale."""
+        return not format_is_current(self.manifest.format)
+
+    def changed_file(self) -> str | None:
+        """A mapped file written to or replaced since it was verified, if any."""
+        for segment in self.segments:
+            name = segment.changed_file()
+            if name is not None:
+                return name
+        return None
+
     def search(self, query: np.ndarray, limit: int) -> list[Candidate]:
         return search_segments(self.segments, query, limit)
 
 
 def open_view(directory: Path) -> CacheView | None:
-    """Load the current manifest and map its segments; None when there is no manifest."""
+    """Load the current manifest, verify and map its segments; None when there is none.
+
+    Raises CacheCorrupt when a file is damaged or missing, CacheUnusable when the
+    manifest's format is not readable by this version.
+    """
     for _ in range(OPEN_ATTEMPTS):
         found = read_manifest(directory)
         if found is None:
@@ -106,7 +143,40 @@ def open_view(directory: Path) -> CacheView | None:
         except FileNotFoundError:
             continue  # A newer manifest replaced this one and its files were collected.
         return CacheView(manifest, segments, stat_key)
-    raise CacheUnusable(f"the manifest in {directory} names files that do not exist")
+    raise CacheCorrupt("the manifest names files that do not exist")
+
+
+def rows_mismatch(
+    conn: sqlite3.Connection, view: CacheView, *, thorough: bool = False
+) -> str | None:
+    """Why the view's rows are not the database's rows at its generation, or None.
+
+    Compares the live rows' rowids with the rowids of the chunks that have a vector
+    (~17 ms per 24k rows): writers bump the generation in the transaction that changes
+    any row, so at an equal generation equal rowids mean equal rows. ``thorough`` compares
+    full identities (rowid, path, chunk_index, embed hash; ~150 ms per 24k rows), which
+    also catches a database swapped for another with the same uid and generation.
+    None too when the database has moved past the view's generation (nothing to compare).
+    """
+    with read_transaction(conn):
+        generation, model, dim = index_head(conn)
+        if generation != view.manifest.generation:
+            return None
+        if thorough:
+            db = np.sort(list_rows(conn, generation, model, dim).idents)
+        else:
+            db = list_rowids(conn, model, dim)
+    cached = live_column(view.segments, META_IDENT if thorough else META_ROWID)
+    if np.array_equal(cached, db):
+        return None
+    extra = int(np.isin(cached, db, invert=True).sum())
+    absent = int(np.isin(db, cached, invert=True).sum())
+    what = "row identities" if thorough else "row ids"
+    return (
+        f"the cached {what} do not match the database at generation {generation} "
+        f"({cached.shape[0]} cached, {db.shape[0]} in the database; "
+        f"{extra} unknown to it, {absent} not cached)"
+    )
 
 
 def _index_state(conn: sqlite3.Connection) -> tuple[int, str | None]:
@@ -153,6 +223,10 @@ class VectorCache:
 
     def __init__(self) -> None:
         self._view: CacheView | None = None
+        # (manifest stat key, reason) of the last manifest found corrupt.
+        self._corrupt: tuple[tuple[int, int, int], str] | None = None
+        # Manifest stat key whose rows were found equal to the database's.
+        self._rows_checked: tuple[int, int, int] | None = None
         self._memory: CacheView | None = None
         self._lock = threading.Lock()
         self._refreshing = False
@@ -160,24 +234,67 @@ class VectorCache:
         self._refresh_interval = REFRESH_MIN_INTERVAL_SECONDS
         self._rebuild_failed_at: float | None = None
 
+    def forget(self) -> None:
+        """Drop the loaded view and every verdict: the next use verifies from scratch."""
+        with self._lock:
+            self._view = None
+            self._corrupt = None
+            self._rows_checked = None
+
     # -- the view --------------------------------------------------------------------
 
     def _current(self, directory: Path) -> CacheView | None:
-        """The loaded view, reloaded if the manifest file changed (one stat)."""
+        """The loaded view, reloaded if the manifest or a mapped file changed (stats only).
+
+        Raises CacheCorrupt (remembered until the manifest changes).
+        """
         view = self._view
         key = manifest_stat_key(directory)
-        if view is not None and key is not None and view.stat_key == key:
+        if (
+            view is not None
+            and key is not None
+            and view.stat_key == key
+            and view.changed_file() is None
+        ):
             return view
+        corrupt = self._corrupt
+        if corrupt is not None and key is not None and corrupt[0] == key:
+            raise CacheCorrupt(corrupt[1])
         with self._lock:
             view = self._view
-            if view is None or view.stat_key != manifest_stat_key(directory):
-                try:
-                    view = open_view(directory)
-                except CacheUnusable as exc:
-                    log.warning("vectors.cache_unusable", directory=str(directory), error=str(exc))
-                    view = None
-                self._view = view
+            key = manifest_stat_key(directory)
+            if view is not None and view.stat_key == key and view.changed_file() is None:
+                return view
+            self._view = None
+            try:
+                view = open_view(directory)
+            except CacheCorrupt as exc:
+                log.warning("vectors.cache_corrupt", directory=str(directory), reason=str(exc))
+                if key is not None:
+                    self._corrupt = (key, str(exc))
+                raise
+            except CacheUnusable as exc:
+                log.warning("vectors.cache_unusable", directory=str(directory), error=str(exc))
+                view = None
+            self._view = view
             return view
+
+    def _check_rows(
+        self, conn: sqlite3.Connection, view: CacheView, *, thorough: bool = False
+    ) -> None:
+        """Compare a fresh view's rows with the database once; raise CacheCorrupt if unequal."""
+        if view.stat_key is None or (self._rows_checked == view.stat_key and not thorough):
+            return
+        reason = rows_mismatch(conn, view, thorough=thorough)
+        if reason is None:
+            self._rows_checked = view.stat_key
+            return
+        log.warning("vectors.cache_corrupt", reason=reason)
+        with self._lock:
+            self._corrupt = (view.stat_key, reason)
+            if self._view is view:
+                self._view = None
+        raise CacheCorrupt(reason)
 
     def _usable(self, view: CacheView | None, uid: str | None, model: str) -> bool:
         return (
@@ -244,7 +361,10 @@ class VectorCache:
         query: np.ndarray,
         limit: int,
     ) -> list[SemanticHit]:
-        """The ``limit`` chunks most similar to ``query``; only chunks that exist."""
+        """The ``limit`` chunks most similar to ``query``; only chunks that exist.
+
+        Raises CacheCorrupt instead of searching a damaged cache.
+        """
         if limit <= 0:
             return []
         generation, uid = _index_state(conn)
@@ -255,7 +375,8 @@ class VectorCache:
             if view is None:
                 view = self._memory_fallback(conn, generation, model)
         assert view is not None
-        if view.manifest.generation == generation:
+        if view.manifest.generation == generation and not view.outdated:
+            self._check_rows(conn, view)
             return [SemanticHit(c.row_id, c.key, c.cosine) for c in view.search(query, limit)]
         self._refresh_later(db_path)
         return self._search_validated(conn, view, model, query, limit)
@@ -280,16 +401,30 @@ class VectorCache:
 
     # -- status ----------------------------------------------------------------------
 
-    def status(self, conn: sqlite3.Connection, db_path: Path) -> dict[str, Any]:
-        """``{state, generation, segments, rows, tombstones, ...}`` for index_status."""
+    def status(
+        self, conn: sqlite3.Connection, db_path: Path, *, thorough: bool = False
+    ) -> dict[str, Any]:
+        """``{state, generation, segments, rows, tombstones, ...}`` for index_status.
+
+        Verifies the cache as a search would (checksums, rows against the database), so
+        ``state`` is ``corrupt``, with a ``reason``, exactly when searches refuse it;
+        ``thorough`` compares full row identities (``rifflux status --check``).
+        """
         generation, uid = _index_state(conn)
         model = get_metadata(conn, "embedding_model")
         directory = vectors_dir(db_path)
         try:
-            found = read_manifest(directory)
-        except CacheUnusable:
-            found = None
-        manifest = found[0] if found else None
+            view = self._current(directory)
+            if (
+                view is not None
+                and self._usable(view, uid, model)
+                and view.manifest.generation == generation
+                and not view.outdated
+            ):
+                self._check_rows(conn, view, thorough=thorough)
+        except CacheCorrupt as exc:
+            return _corrupt_status(directory, generation, str(exc))
+        manifest = view.manifest if view is not None else None
         if manifest is None or manifest.index_uid != uid or manifest.model != model:
             memory = self._memory
             in_memory = memory is not None and memory.manifest.generation == generation
@@ -303,23 +438,49 @@ class VectorCache:
                 "in_memory": in_memory,
                 "path": str(directory),
             }
-        if manifest.generation != generation:
+        reason = None
+        if manifest.generation != generation or not format_is_current(manifest.format):
             state = "stale"
+            if not format_is_current(manifest.format):
+                reason = (
+                    f"cache format {manifest.format} has no checksums; "
+                    "the next index job republishes it"
+                )
         elif manifest.source == "search-rebuild":
             state = "rebuilt"
         else:
             state = "fresh"
-        return {
-            "state": state,
-            "generation": manifest.generation,
-            "index_generation": generation,
-            "segments": len(manifest.segments),
-            "rows": manifest.rows,
-            "tombstones": manifest.tombstones,
-            "source": manifest.source,
-            "dim": manifest.dim,
-            "path": str(directory),
-        }
+        status: dict[str, Any] = {"state": state}
+        if reason is not None:
+            status["reason"] = reason
+        status.update(_manifest_status(manifest, generation, directory))
+        return status
+
+
+def _corrupt_status(directory: Path, generation: int, reason: str) -> dict[str, Any]:
+    status: dict[str, Any] = {"state": "corrupt", "reason": reason}
+    try:
+        found = read_manifest(directory)
+    except CacheUnusable:
+        found = None
+    if found is None:
+        status.update(generation=None, index_generation=generation, path=str(directory))
+    else:
+        status.update(_manifest_status(found[0], generation, directory))
+    return status
+
+
+def _manifest_status(manifest: Manifest, generation: int, directory: Path) -> dict[str, Any]:
+    return {
+        "generation": manifest.generation,
+        "index_generation": generation,
+        "segments": len(manifest.segments),
+        "rows": manifest.rows,
+        "tombstones": manifest.tombstones,
+        "source": manifest.source,
+        "dim": manifest.dim,
+        "path": str(directory),
+    }
 
 
 def _still_current(

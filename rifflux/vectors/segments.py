@@ -16,12 +16,27 @@ file is never written twice under one name: every file a manifest names is immut
 
 The manifest (``current.json``)::
 
-    {"format": 1, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
+    {"format": 2, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
      "source": "finalize", "published_at": 1700000000.0, "rows": 1234,
-     "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3}]}
+     "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
+                   "sha256": {"<file>": "<hex digest>", ...}}]}
 
 ``generation`` is the index generation whose rows the manifest holds exactly;
 ``index_uid`` ties it to one database (a rebuilt database starts over at generation 0).
+
+Integrity (format 2): every file a segment names has its sha256 in the manifest,
+computed while the file is written (no second read). A reader verifies each file against
+it before mapping it, and checks the row count against the ``.npy`` shapes; a mismatch
+raises :class:`CacheCorrupt`, never a silently wrong search. Verifying hashes every byte
+(sha256 runs at ~1.8 GB/s with SHA-NI here: ~20 ms for 24k x 384 float32 rows, ~0.9 s for
+1M), so a process verifies one file once per (path, device, inode, size, mtime): files
+are immutable by contract, and any write to one or any replacement changes that key.
+Readers re-stat the mapped files on every search (see ``Segment.stamps``), so damage done
+after a file was verified is noticed by the next search of a long-running server.
+
+Format versions are decided here and only here (:func:`format_is_current`,
+:data:`READABLE_FORMATS`): format 1 (no checksums) is still read, reported stale, and
+republished in full by the next writer.
 
 A row's *identity* is a 64-bit hash of (chunk rowid, path, chunk_index, embed_sha256):
 SQLite may hand a deleted chunk's rowid to a new chunk, so a rowid alone cannot tell
@@ -34,10 +49,12 @@ import hashlib
 import json
 import os
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -46,7 +63,12 @@ from rifflux.search.semantic import cosine_scores
 MANIFEST_NAME = "current.json"
 LOCK_NAME = "publish.lock"
 TMP_PREFIX = ".tmp-"
-FORMAT_VERSION = 1
+# The format writers produce. 2: per-file sha256 in the manifest.
+FORMAT_VERSION = 2
+# Formats a reader maps. 1 (no checksums) is served as stale until a writer republishes.
+READABLE_FORMATS = (1, 2)
+# Files verified by this process, keyed by (path, device, inode, size, mtime_ns, digest).
+VERIFIED_MAX = 4096
 
 # Columns of ``<sid>.meta.npy``.
 META_ROWID, META_IDENT, META_PATH, META_INDEX = range(4)
@@ -59,7 +81,17 @@ SCORE_MARGIN = 1e-4
 
 
 class CacheUnusable(Exception):
-    """The manifest or a file it names is missing, truncated or inconsistent."""
+    """The cache cannot be used as it is (e.g. a format this version does not read)."""
+
+
+class CacheCorrupt(CacheUnusable):
+    """The cache is damaged: a file does not match its checksum, its row count or the
+    database's rows. The message is the reason, fit to show a user."""
+
+
+def format_is_current(fmt: int) -> bool:
+    """Does a manifest of format ``fmt`` need no republish? (The one version check.)"""
+    return fmt == FORMAT_VERSION
 
 
 def vectors_dir(db_path: Path | str) -> Path:
@@ -91,6 +123,15 @@ class SegmentRef:
     rows: int
     dead: str | None = None
     dead_rows: int = 0
+    # (file name, sha256 hex) of every file the segment names; () in format 1.
+    sha256: tuple[tuple[str, str], ...] = ()
+
+    def files(self) -> tuple[str, ...]:
+        return segment_files(self.id) + ((self.dead,) if self.dead else ())
+
+    def with_dead(self, name: str, digest: str, rows: int) -> SegmentRef:
+        kept = tuple((f, d) for f, d in self.sha256 if f != self.dead)
+        return SegmentRef(self.id, self.rows, name, rows, (*kept, (name, digest)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +143,7 @@ class Manifest:
     source: str
     segments: tuple[SegmentRef, ...] = ()
     published_at: float = 0.0
+    format: int = FORMAT_VERSION
 
     @property
     def rows(self) -> int:
@@ -114,14 +156,12 @@ class Manifest:
     def files(self) -> set[str]:
         names: set[str] = set()
         for seg in self.segments:
-            names.update(segment_files(seg.id))
-            if seg.dead:
-                names.add(seg.dead)
+            names.update(seg.files())
         return names
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": FORMAT_VERSION,
+            "format": self.format,
             "index_uid": self.index_uid,
             "generation": self.generation,
             "model": self.model,
@@ -130,7 +170,13 @@ class Manifest:
             "published_at": self.published_at,
             "rows": self.rows,
             "segments": [
-                {"id": s.id, "rows": s.rows, "dead": s.dead, "dead_rows": s.dead_rows}
+                {
+                    "id": s.id,
+                    "rows": s.rows,
+                    "dead": s.dead,
+                    "dead_rows": s.dead_rows,
+                    "sha256": dict(s.sha256),
+                }
                 for s in self.segments
             ],
         }
@@ -138,8 +184,9 @@ class Manifest:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:
         try:
-            if data["format"] != FORMAT_VERSION:
-                raise CacheUnusable(f"manifest format {data['format']!r} is not supported")
+            fmt = data["format"]
+            if fmt not in READABLE_FORMATS:
+                raise CacheUnusable(f"manifest format {fmt!r} is not supported")
             return cls(
                 index_uid=str(data["index_uid"]),
                 generation=int(data["generation"]),
@@ -148,12 +195,21 @@ class Manifest:
                 source=str(data["source"]),
                 published_at=float(data["published_at"]),
                 segments=tuple(
-                    SegmentRef(str(s["id"]), int(s["rows"]), s["dead"], int(s["dead_rows"]))
+                    SegmentRef(
+                        str(s["id"]),
+                        int(s["rows"]),
+                        s["dead"],
+                        int(s["dead_rows"]),
+                        tuple(sorted((str(k), str(v)) for k, v in s["sha256"].items()))
+                        if fmt >= 2
+                        else (),
+                    )
                     for s in data["segments"]
                 ),
+                format=int(fmt),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CacheUnusable(f"manifest is malformed: {exc!r}") from None
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CacheCorrupt(f"the manifest is malformed: {exc!r}") from None
 
 
 def segment_files(segment_id: str) -> tuple[str, str, str]:
@@ -172,6 +228,9 @@ class Segment:
     meta: np.ndarray
     paths: tuple[str, ...]
     dead: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # (path, stat key) of the verified files this segment was loaded from: a search
+    # re-stats them to notice a file written to after it was verified.
+    stamps: tuple[tuple[str, tuple[int, int, int]], ...] = ()
 
     @property
     def size(self) -> int:
@@ -186,6 +245,13 @@ class Segment:
         mask[self.dead] = False
         return mask
 
+    def changed_file(self) -> str | None:
+        """The name of a loaded file whose stat key moved since it was verified, if any."""
+        for path, key in self.stamps:
+            if _stat_key(path) != key:
+                return Path(path).name
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -198,27 +264,41 @@ class Candidate:
 # -- writing -------------------------------------------------------------------------
 
 
-def _write_atomically(directory: Path, name: str, write: Any) -> None:
-    """Write ``name`` through a temporary file: fsync, then os.replace."""
+class _HashingWriter:
+    """A write-only file wrapper that hashes what passes through it."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self.digest = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        return self._fh.write(data)
+
+
+def _write_atomically(directory: Path, name: str, write: Any) -> str:
+    """Write ``name`` through a temporary file: fsync, then os.replace. Returns its sha256."""
     tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(6)}-{name}"
     try:
         with tmp.open("wb") as fh:
-            write(fh)
+            out = _HashingWriter(fh)
+            write(out)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, directory / name)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return out.digest.hexdigest()
 
 
-def _save_npy(directory: Path, name: str, array: np.ndarray) -> None:
-    _write_atomically(directory, name, lambda fh: np.save(fh, array, allow_pickle=False))
+def _save_npy(directory: Path, name: str, array: np.ndarray) -> str:
+    return _write_atomically(directory, name, lambda fh: np.save(fh, array, allow_pickle=False))
 
 
-def _save_json(directory: Path, name: str, data: Any) -> None:
+def _save_json(directory: Path, name: str, data: Any) -> str:
     payload = json.dumps(data, separators=(",", ":")).encode()
-    _write_atomically(directory, name, lambda fh: fh.write(payload))
+    return _write_atomically(directory, name, lambda fh: fh.write(payload))
 
 
 def write_segment(
@@ -239,20 +319,65 @@ def write_segment(
     meta[:, META_INDEX] = chunk_indexes
     segment_id = new_segment_id(generation)
     vec_name, meta_name, paths_name = segment_files(segment_id)
-    _save_npy(directory, vec_name, np.ascontiguousarray(vectors, dtype=np.float32))
-    _save_npy(directory, meta_name, meta)
-    _save_json(directory, paths_name, [str(p) for p in distinct])
-    return SegmentRef(segment_id, len(rowids))
+    digests = (
+        (vec_name, _save_npy(directory, vec_name, np.ascontiguousarray(vectors, np.float32))),
+        (meta_name, _save_npy(directory, meta_name, meta)),
+        (paths_name, _save_json(directory, paths_name, [str(p) for p in distinct])),
+    )
+    return SegmentRef(segment_id, len(rowids), sha256=digests)
 
 
-def write_dead(directory: Path, segment_id: str, positions: np.ndarray) -> str:
+def write_dead(directory: Path, segment_id: str, positions: np.ndarray) -> tuple[str, str]:
+    """Write a tombstone file; returns (file name, sha256)."""
     name = f"{segment_id}.dead-{secrets.token_hex(4)}.npy"
-    _save_npy(directory, name, np.unique(np.asarray(positions, dtype=np.int64)))
-    return name
+    return name, _save_npy(directory, name, np.unique(np.asarray(positions, dtype=np.int64)))
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
     _save_json(directory, MANIFEST_NAME, manifest.to_json())
+
+
+# -- verifying -----------------------------------------------------------------------
+
+_verified: OrderedDict[tuple[str, int, int, int, int, str], None] = OrderedDict()
+_verified_lock = threading.Lock()
+
+
+def _stat_key(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def verify_file(path: Path, expected: str) -> tuple[int, int, int]:
+    """Check ``path`` against its sha256; returns the (inode, size, mtime_ns) verified.
+
+    Raises CacheCorrupt on a mismatch, FileNotFoundError if the file is gone. A file
+    already verified by this process under the same stat key is not hashed again.
+    """
+    with path.open("rb") as fh:
+        st = os.fstat(fh.fileno())
+        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, expected)
+        with _verified_lock:
+            if key in _verified:
+                _verified.move_to_end(key)
+                return (st.st_ino, st.st_size, st.st_mtime_ns)
+        actual = hashlib.file_digest(fh, "sha256").hexdigest()
+    if actual != expected:
+        raise CacheCorrupt(f"{path.name} does not match its sha256 checksum")
+    with _verified_lock:
+        _verified[key] = None
+        while len(_verified) > VERIFIED_MAX:
+            _verified.popitem(last=False)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def forget_verified() -> None:
+    """Hash every file again at its next load (``rifflux status --check``, tests)."""
+    with _verified_lock:
+        _verified.clear()
 
 
 # -- reading -------------------------------------------------------------------------
@@ -278,7 +403,9 @@ def read_manifest(directory: Path) -> tuple[Manifest, tuple[int, int, int]] | No
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise CacheUnusable(f"manifest is not JSON: {exc}") from None
+        raise CacheCorrupt(f"the manifest is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CacheCorrupt("the manifest is not a JSON object")
     return Manifest.from_json(data), (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
@@ -287,28 +414,47 @@ def _load_npy(path: Path, dtype: str, shape: tuple[int, ...], mmap: bool) -> np.
         array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as exc:
-        raise CacheUnusable(f"{path.name} is unreadable: {exc}") from None
+    except Exception as exc:  # A damaged header fails in many ways (ValueError, EOFError...).
+        raise CacheCorrupt(f"{path.name} is unreadable: {exc}") from None
     if array.dtype != np.dtype(dtype) or array.shape != shape:
-        raise CacheUnusable(
-            f"{path.name} holds {array.dtype}{array.shape}, expected {dtype}{shape}"
-        )
+        raise CacheCorrupt(f"{path.name} holds {array.dtype}{array.shape}, expected {dtype}{shape}")
     return array
 
 
 def load_segment(directory: Path, ref: SegmentRef, dim: int) -> Segment:
-    """Memory-map one segment (raises FileNotFoundError if it was garbage-collected)."""
+    """Verify, then memory-map one segment.
+
+    Raises FileNotFoundError if a file was garbage-collected (the caller re-reads the
+    manifest), CacheCorrupt if a file does not match its checksum or row count.
+    """
+    digests = dict(ref.sha256)
+    stamps: list[tuple[str, tuple[int, int, int]]] = []
+    for name in ref.files() if digests else ():
+        if name not in digests:
+            raise CacheCorrupt(f"the manifest has no checksum for {name}")
+        stamps.append((str(directory / name), verify_file(directory / name, digests[name])))
     vec_name, meta_name, paths_name = segment_files(ref.id)
     vectors = _load_npy(directory / vec_name, "float32", (ref.rows, dim), mmap=True)
     meta = _load_npy(directory / meta_name, "int64", (ref.rows, META_COLUMNS), mmap=True)
     try:
         paths = tuple(json.loads((directory / paths_name).read_bytes()))
     except ValueError as exc:
-        raise CacheUnusable(f"{paths_name} is not JSON: {exc}") from None
+        raise CacheCorrupt(f"{paths_name} is not JSON: {exc}") from None
+    # Format 1 has no checksums: at least keep a damaged ordinal from failing a search.
+    if not digests and ref.rows and int(meta[:, META_PATH].max(initial=0)) >= len(paths):
+        raise CacheCorrupt(f"{meta_name} names paths {paths_name} does not have")
     dead = np.zeros(0, np.int64)
     if ref.dead:
         dead = _load_npy(directory / ref.dead, "int64", (ref.dead_rows,), mmap=False)
-    return Segment(vectors, meta, paths, dead)
+        if dead.shape[0] and (dead.min() < 0 or dead.max() >= ref.rows):
+            raise CacheCorrupt(f"{ref.dead} names rows outside the segment")
+    return Segment(vectors, meta, paths, dead, tuple(stamps))
+
+
+def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:
+    """One meta column (META_ROWID, META_IDENT) of every live row, sorted."""
+    parts = [np.asarray(s.meta[s.live_mask(), column]) for s in segments]
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
 # -- searching -----------------------------------------------------------------------
