@@ -1,6 +1,9 @@
 """The ``rifflux`` command: a thin layer that parses arguments, calls the core, prints.
 
-Bad input exits non-zero with one line on stderr, never a traceback.
+Bad input exits non-zero with one line on stderr, never a traceback: a damaged or
+foreign database, an unreachable broker, an OS error, and even an unexpected crash
+(its traceback only with ``RIFFLUX_LOG_LEVEL=DEBUG``). A closed stdout (``| head``)
+ends the command quietly with status 141, as a Unix tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -9,8 +12,10 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,8 @@ from rifflux.search.service import MODES, SearchService
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
+# 128 + SIGPIPE: what a shell reports for a tool whose reader went away.
+EXIT_BROKEN_PIPE = 141
 
 
 def _common_db(parser: argparse.ArgumentParser) -> None:
@@ -325,20 +332,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    debug = False
     try:
         settings = Settings.from_env()
         # The CLI talks to people: only warnings unless a level was asked for.
         explicit = any(k in os.environ for k in ("RIFFLUX_LOG_LEVEL", "RIFLUX_LOG_LEVEL"))
+        debug = explicit and settings.log_level == "DEBUG"
         configure_logging(settings.log_level if explicit else "WARNING", style="console")
         return handler(args)
     except RiffluxError as exc:
-        print(f"rifflux: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _fail(str(exc), EXIT_ERROR)
     except ValueError as exc:
-        print(f"rifflux: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _broken_pipe()
+    except Exception as exc:
+        return _fail(_describe_failure(exc, args, debug), EXIT_ERROR)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"rifflux: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away: exit quietly (Python docs, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def _describe_failure(exc: Exception, args: argparse.Namespace, debug: bool) -> str:
+    """One line for an error no command handled: database, broker, OS, or a crash."""
+    from rifflux.queue.brokers import broker_unavailable, is_broker_error
+    from rifflux.store.connection import damaged_index, is_damage_error
+
+    settings = Settings.from_env().with_overrides(db_path=getattr(args, "db", None))
+    if isinstance(exc, sqlite3.DatabaseError) and is_damage_error(exc):
+        return str(damaged_index(settings.db_path, exc))
+    if isinstance(exc, sqlite3.Error):
+        return f"database error on {settings.db_path}: {exc}"
+    if is_broker_error(exc):
+        return str(broker_unavailable(settings.resolved_broker_url, exc))
+    if isinstance(exc, OSError):
+        return str(exc)
+    if debug:
+        traceback.print_exc()
+    return (
+        f"internal error: {type(exc).__name__}: {exc} "
+        "(run with RIFFLUX_LOG_LEVEL=DEBUG for the traceback)"
+    )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,18 @@ MIN_BATCH_BYTES = 16_000
 SendBatch = Callable[[int, dict[str, Any]], None]
 
 
-def job_options(settings: Settings, *, force: bool, prune_missing: bool) -> dict[str, Any]:
-    """Everything a worker needs to reproduce the front process's indexing settings."""
+def job_options(
+    settings: Settings,
+    *,
+    force: bool,
+    prune_missing: bool,
+    allowed_roots: Sequence[Path] = (),
+) -> dict[str, Any]:
+    """Everything a worker needs to reproduce the front process's indexing settings.
+
+    ``allowed_roots`` (absolute) bound where the plan step follows symlinks, beside the
+    job's own roots: the MCP server passes its allowed roots.
+    """
     return {
         "force": force,
         "prune_missing": prune_missing,
@@ -76,6 +86,7 @@ def job_options(settings: Settings, *, force: bool, prune_missing: bool) -> dict
         "min_chunk_chars": settings.min_chunk_chars,
         "batch_target_bytes": settings.batch_target_bytes,
         "base_dir": str(settings.base_dir) if settings.base_dir else None,
+        "allowed_roots": [str(p) for p in allowed_roots],
     }
 
 
@@ -89,6 +100,7 @@ def job_settings(settings: Settings, db_path: str, options: dict[str, Any]) -> S
         min_chunk_chars=options["min_chunk_chars"],
         batch_target_bytes=options["batch_target_bytes"],
         base_dir=Path(options["base_dir"]) if options.get("base_dir") else None,
+        allowed_roots=tuple(options.get("allowed_roots", ())),
     )
 
 
