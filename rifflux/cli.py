@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -339,6 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         explicit = any(k in os.environ for k in ("RIFFLUX_LOG_LEVEL", "RIFLUX_LOG_LEVEL"))
         debug = explicit and settings.log_level == "DEBUG"
         configure_logging(settings.log_level if explicit else "WARNING", style="console")
+        if not debug:
+            # pika logs each failed connection attempt with a traceback; the failure
+            # itself reaches the user as one line (_describe_failure).
+            logging.getLogger("pika").setLevel(logging.CRITICAL)
         return handler(args)
     except RiffluxError as exc:
         return _fail(str(exc), EXIT_ERROR)

@@ -39,6 +39,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BeforeValidator, Field, ValidationError
 from starlette.responses import PlainTextResponse
@@ -107,7 +108,8 @@ async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
         return None
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            # Roots are deprecated in the 2026-07-28 protocol; clients still declare them.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
             result = await context.session.list_roots()
     except Exception as exc:
         log.warning("mcp.list_roots_failed", error=str(exc))
@@ -190,7 +192,8 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         """Index (or refresh) files and directories; unchanged files are skipped.
 
         Waits for the job and returns {indexed_files, skipped_files, deleted_files,
-        indexed_paths, embedding_model, embedding_backend, job_id}, or with
+        skipped (the first skipped paths with their reasons), indexed_paths,
+        embedding_model, embedding_backend, job_id}, or with
         background=true returns {job_id, status} at once.
         """
         roots = await client_roots(context) if context is not None else None

@@ -50,6 +50,8 @@ REINDEX_WAIT_SECONDS = 3600.0
 job itself keeps running and shows in ``index_status``)."""
 MAX_ERRORS_IN_MESSAGE = 5
 """How many of a failed job's file errors a tool error message lists."""
+MAX_SKIPPED_IN_RESULT = 20
+"""How many skipped files (with their reasons) a ``reindex`` result lists."""
 
 
 @dataclass
@@ -274,6 +276,7 @@ def reindex(
         "indexed_files": job.files_done,
         "skipped_files": job.files_skipped,
         "deleted_files": job.files_deleted,
+        "skipped": job.options.get("skipped", [])[:MAX_SKIPPED_IN_RESULT],
         "indexed_paths": [str(root) for root in roots],
         "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
         "embedding_backend": ctx.settings.embedding_backend,

@@ -113,8 +113,12 @@ def retry_on_busy(
     raise AssertionError("unreachable")
 
 
-def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open an SQLite file in WAL mode with foreign keys on and a busy timeout."""
+def connect(path: Path | str, *, readonly: bool = False, wal: bool = True) -> sqlite3.Connection:
+    """Open an SQLite file in WAL mode with foreign keys on and a busy timeout.
+
+    ``wal=False`` leaves the journal mode alone (switching it writes the file header):
+    :func:`open_index` switches only once it knows the file is, or will be, an index.
+    """
     db_path = Path(path)
     if readonly:
         # Quoted: a "?" or "#" in the path must not end the file name of the URI.
@@ -126,10 +130,14 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys=ON")
-    if not readonly:
-        retry_on_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-        conn.execute("PRAGMA synchronous=NORMAL")
+    if not readonly and wal:
+        _use_wal(conn)
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    retry_on_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+    conn.execute("PRAGMA synchronous=NORMAL")
 
 
 @contextmanager
@@ -157,7 +165,7 @@ def _stored_version(conn: sqlite3.Connection) -> int | None:
 def open_index(path: Path | str) -> sqlite3.Connection:
     """Open (creating if needed) the index database and check its schema version."""
     db_path = Path(path)
-    conn = connect(db_path)
+    conn = connect(db_path, wal=False)
     try:
         version = _stored_version(conn)
         if version is None:
@@ -173,6 +181,7 @@ def open_index(path: Path | str) -> sqlite3.Connection:
                     f"{db_path} is an SQLite database but not a Rifflux index; "
                     "pass another --db (or RIFFLUX_DB_PATH)"
                 )
+            _use_wal(conn)
 
             def create() -> None:
                 with write_transaction(conn):
@@ -189,6 +198,7 @@ def open_index(path: Path | str) -> sqlite3.Connection:
             retry_on_busy(create)
         else:
             _check_version(db_path, version)
+            _use_wal(conn)
     except BaseException:
         conn.close()
         raise

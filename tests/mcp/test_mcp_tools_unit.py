@@ -221,6 +221,7 @@ def test_reindex_waits_and_maps_the_job_counters(tool_context: ToolContext) -> N
         "indexed_files": 2,
         "skipped_files": 5,
         "deleted_files": 1,
+        "skipped": [],
         "indexed_paths": [str(tool_context.cwd / "docs")],
         "embedding_model": "hash:384",
         "embedding_backend": "hash",
