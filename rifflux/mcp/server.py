@@ -3,7 +3,8 @@
 Every failure reaches the client as a tool error (``is_error``) with one line of text,
 and the server keeps serving: arguments that do not fit the input schema name the
 field; a :class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message; a
-damaged database and an unreachable broker read as the CLI's one-line messages;
+damaged database, an unreachable broker and an OS error read as the CLI's one-line
+messages;
 anything else is ``internal error: <type>: <message>`` and its traceback goes to the
 log (stderr; a stdio server's stdout carries protocol messages only).
 
@@ -274,11 +275,14 @@ def tool_error_message(tool: str, exc: ToolError, *, broker_url: str = "RIFFLUX_
 
 
 def _known_failure(exc: BaseException, broker_url: str) -> str | None:
-    """The one line for a damaged database or an unreachable broker, else None."""
+    """The one line for a damaged database, an unreachable broker or an OS error."""
     if isinstance(exc, sqlite3.DatabaseError) and is_damage_error(exc):
         return _one_line(str(damaged_index(None, exc)))
     if is_broker_error(exc):
         return _one_line(str(broker_unavailable(broker_url, exc)))
+    if isinstance(exc, OSError):
+        # The filesystem said no (a name too long, a permission): a fact, not a crash.
+        return _one_line(str(exc))
     return None
 
 

@@ -27,6 +27,7 @@ import structlog
 
 from rifflux.config import Settings
 from rifflux.errors import (
+    IndexMissingError,
     InvalidQueryError,
     PathNotAllowedError,
     RiffluxError,
@@ -189,6 +190,12 @@ def search_rifflux(
         raise InvalidQueryError("query must be a string")
     if ctx.auto_reindex is not None and (db_path is None or not db_path.strip()):
         ctx.auto_reindex.maybe_trigger()
+        try:
+            return ctx.search.search_response(query, top_k=top_k, mode=mode)
+        except IndexMissingError as exc:
+            raise IndexMissingError(
+                f"{exc}; an automatic reindex is creating it, search again shortly"
+            ) from exc
     return ctx.service_for(db_path).search_response(query, top_k=top_k, mode=mode)
 
 

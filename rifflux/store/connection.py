@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -223,12 +224,17 @@ def open_index_readonly(path: Path | str) -> sqlite3.Connection:
       IndexDamagedError: SQLite finds the file malformed or not a database.
     """
     db_path = Path(path)
-    if not db_path.exists():
-        raise missing_index(db_path)
-    if db_path.is_dir():
+    try:
+        mode = db_path.stat().st_mode
+    except FileNotFoundError:
+        raise missing_index(db_path) from None
+    if stat.S_ISDIR(mode):
         raise NotAnIndexError(
             f"{db_path} is a directory, not an index database (e.g. {db_path / 'index.db'})"
         )
+    if not stat.S_ISREG(mode):
+        # A FIFO would block the open forever; a device is no index either.
+        raise NotAnIndexError(f"{db_path} is not a regular file, so not an index database")
     try:
         conn = connect(db_path, readonly=True)
     except sqlite3.DatabaseError as exc:

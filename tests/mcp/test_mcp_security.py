@@ -296,3 +296,23 @@ async def test_without_an_index_reads_report_it_and_create_nothing(tmp_path: Pat
         assert (await ok(s, "reindex"))["indexed_files"] == 1
         hits = (await ok(s, "search_rifflux", query="lighthouses", mode="lexical"))["results"]
         assert [hit["path"] for hit in hits] == ["first.md"]
+
+
+async def test_over_http_reindex_and_get_file_outside_the_roots_are_refused(
+    hostile_tree: IndexedTree,
+) -> None:
+    from test_mcp_http import http_session, start_http_server
+
+    secret = hostile_tree.root.parent / "secret"
+    servers = start_http_server(hostile_tree)
+    server = next(servers)
+    try:
+        async with http_session(server.url) as s:
+            message = await refused(s, "reindex", path=str(secret / "id_rsa"))
+            assert "is outside the allowed roots" in message
+            assert "is outside the allowed roots" in await refused(s, "reindex", path="/")
+            message = await refused(s, "get_file", path="notes/leak.md")
+            assert "is not an indexed file" in message
+            assert (await ok(s, "get_file", path="docs/install.md"))["file"]["chunks"]
+    finally:
+        servers.close()

@@ -216,6 +216,7 @@ def test_auto_reindex_on_search_starts_one_job_per_interval(tmp_path: Path, star
         allowed_roots=(str(tmp_path),),
     )
     start_workers(settings)
+    open_index(settings.db_path).close()  # A search never creates the index it reads.
     ctx = ToolContext.from_settings(settings)
     try:
         for _ in range(5):
