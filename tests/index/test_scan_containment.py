@@ -43,9 +43,7 @@ def test_a_single_file_root_that_the_globs_exclude_is_skipped_with_a_reason(
 
 def test_a_single_file_root_that_the_globs_include_is_scanned(tmp_path: Path) -> None:
     work, secret = make_tree(tmp_path)
-    assert [f.rel_path for f in scan(work, work / "notes" / "plain.md").files] == [
-        "notes/plain.md"
-    ]
+    assert [f.rel_path for f in scan(work, work / "notes" / "plain.md").files] == ["notes/plain.md"]
     assert scan(work, secret / "diary.md").files[0].rel_path == (secret / "diary.md").as_posix()
 
 
