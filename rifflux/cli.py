@@ -198,8 +198,29 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def remove_index(db_path: Path) -> None:
-    """Delete the index database and its published vector cache."""
+    """Delete the index database and its published vector cache; never another file.
+
+    ``--rebuild --db /etc/passwd`` (a damaged-database message suggests ``--rebuild``)
+    must not delete it: a file that is no SQLite database, or another application's
+    database, is refused. A damaged index (its header intact) is deleted.
+    """
+    from rifflux.errors import NotAnIndexError
+    from rifflux.store.connection import open_index_readonly
+
+    if db_path.is_file() and db_path.stat().st_size:
+        with db_path.open("rb") as file:
+            if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                raise RiffluxError(f"{db_path} is not an SQLite database; not deleting it")
+        try:
+            open_index_readonly(db_path).close()
+        except NotAnIndexError as exc:
+            raise RiffluxError(f"{exc}; not deleting it") from None
+        except RiffluxError:
+            pass  # damaged, or another schema version: what --rebuild is for
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)

@@ -211,3 +211,31 @@ def test_get_file_into_a_closed_pipe_exits_quietly(indexed: Path) -> None:
     assert len(result.stdout) == 10
     assert result.stderr == "", result.stderr
     assert result.returncode in (0, 141)
+
+
+def test_rebuild_never_deletes_a_file_that_is_not_an_index(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nwords\n")
+    text = tmp_path / "passwd"
+    shutil.copyfile("/etc/passwd", text)
+    other = tmp_path / "app.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE things(x)")
+    conn.commit()
+    conn.close()
+    for db, message in ((text, "is not an SQLite database"), (other, "not a Rifflux index")):
+        digest = sha256(db)
+        result = rifflux(tmp_path, "index", "docs", "--rebuild", "--in-process", "--db", str(db))
+        assert_one_line_error(result, message, "not deleting it")
+        assert sha256(db) == digest
+
+
+def test_rebuild_replaces_a_damaged_index(indexed: Path) -> None:
+    db = indexed / ".rifflux" / "index.db"
+    data = bytearray(db.read_bytes())
+    data[4096:] = b"\xa5" * (len(data) - 4096)
+    db.write_bytes(bytes(data))
+    assert_one_line_error(rifflux(indexed, "search", "agent"), "index database is damaged")
+    rebuilt = rifflux(indexed, "index", "docs", "--rebuild", "--in-process")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert rifflux(indexed, "search", "agent").returncode == 0
