@@ -99,10 +99,10 @@ def _reject_bool(value: object) -> object:
 
 
 async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
-    """The file:// roots the client declares, or None when it declares no roots.
+    """The file:// roots the client declares, or None when it declares none.
 
-    A client that declares the capability but fails to answer gets None too: the
-    server's own allowed roots then apply, which are the outer bound in any case.
+    A client that declares the capability but answers an empty list or fails to answer
+    gets None too: the server's own allowed roots then apply (the outer bound anyway).
     """
     capabilities = context.client_capabilities
     if capabilities is None or capabilities.roots is None:
@@ -120,7 +120,7 @@ async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
         parts = urlsplit(str(root.uri))
         if parts.scheme == "file":
             roots.append(Path(unquote(parts.path)))
-    return roots
+    return roots or None  # An empty list leaves the server's own roots in force.
 
 
 def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
