@@ -239,3 +239,15 @@ def test_rebuild_replaces_a_damaged_index(indexed: Path) -> None:
     rebuilt = rifflux(indexed, "index", "docs", "--rebuild", "--in-process")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert rifflux(indexed, "search", "agent").returncode == 0
+
+
+def test_serve_refuses_to_watch_or_reindex_outside_the_allowed_roots(tmp_path: Path) -> None:
+    served, outside = tmp_path / "served", tmp_path / "outside"
+    served.mkdir()
+    outside.mkdir()
+    for flags in (("--watch", str(outside)), ("--reindex-on-start", str(outside))):
+        result = rifflux(served, "serve", *flags)
+        assert_one_line_error(result, f"{outside} is outside the allowed roots ({served})")
+    result = rifflux(served, "serve", RIFFLUX_FILE_WATCHER="1", RIFFLUX_FILE_WATCHER_PATHS="..")
+    assert_one_line_error(result, "is outside the allowed roots", "RIFFLUX_ALLOWED_ROOTS")
+    assert tree_entries(served) == []

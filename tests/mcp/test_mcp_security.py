@@ -268,8 +268,13 @@ async def test_client_roots_replace_the_default_when_no_roots_are_configured(
         assert (await ok(s, "get_file", path="docs/search.md"))["file"]["chunks"]
 
 
-async def test_db_path_can_be_disabled(hostile_tree: IndexedTree) -> None:
-    async with stdio_session(hostile_tree, RIFFLUX_ALLOW_DB_PATH="0") as s:
+async def test_db_path_can_be_disabled_and_a_dead_broker_is_one_line(
+    hostile_tree: IndexedTree,
+) -> None:
+    env = {"RIFFLUX_ALLOW_DB_PATH": "0", "RIFFLUX_BROKER_URL": "redis://127.0.0.1:1/0"}
+    async with stdio_session(hostile_tree, **env) as s:
+        message = await refused(s, "reindex", path="docs")
+        assert message.startswith("cannot use the broker at redis://127.0.0.1:1/0 (")
         message = await refused(
             s, "search_rifflux", query="basil", db_path=str(hostile_tree.db_path)
         )
