@@ -86,3 +86,17 @@ def test_a_link_to_a_sibling_with_a_common_prefix_is_outside(tmp_path: Path) -> 
     os.symlink(sibling / "old.md", work / "notes" / "old.md")
     result = scan(work)
     assert [s.rel_path for s in result.skipped] == ["notes/old.md"]
+
+
+def test_a_planned_file_swapped_for_a_symlink_out_is_not_read(tmp_path: Path) -> None:
+    from rifflux.queue.tasks import read_works
+
+    work, secret = make_tree(tmp_path)
+    planned = work / "notes" / "plain.md"
+    bounds = [work.resolve()]
+    works, vanished = read_works(work, ["notes/plain.md"], 10_000, bounds)
+    assert [w.rel_path for w in works] == ["notes/plain.md"] and vanished == []
+    planned.unlink()
+    os.symlink(secret / "diary.md", planned)
+    works, vanished = read_works(work, ["notes/plain.md"], 10_000, bounds)
+    assert works == [] and vanished == ["notes/plain.md"]
