@@ -99,7 +99,8 @@ def run(setup: str, corpus: Path, kills: int) -> dict[str, object]:
         RIFFLUX_TEST_EMBED_DELAY="0.5",
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests" / "queue")]),
     )
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    log = (workdir / "workers.log").open("ab")
+    quiet = {"stdout": log, "stderr": subprocess.STDOUT}
     if setup == "pool":
         command = [sys.executable, "-m", "rifflux.cli", "worker", "--processes", "2"]
         procs = [subprocess.Popen(command, env=env, start_new_session=True, **quiet)]
@@ -119,7 +120,10 @@ def run(setup: str, corpus: Path, kills: int) -> dict[str, object]:
     recoveries: list[float] = []
     refills: list[float] = []
     try:
+        boot_deadline = time.monotonic() + 120
         while len(workers()) < 2 or len(queue.index_host_workers()) < min(len(procs), 2):
+            if time.monotonic() > boot_deadline:
+                sys.exit(f"workers did not start; see {workdir / 'workers.log'}")
             time.sleep(0.2)
         job_id = queue.submit([corpus])
         for _ in range(kills):
@@ -151,6 +155,7 @@ def run(setup: str, corpus: Path, kills: int) -> dict[str, object]:
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in procs:
             proc.wait()
+        log.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return {
         "setup": setup,

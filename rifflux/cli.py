@@ -1,16 +1,22 @@
 """The ``rifflux`` command: a thin layer that parses arguments, calls the core, prints.
 
-Bad input exits non-zero with one line on stderr, never a traceback.
+Bad input exits non-zero with one line on stderr, never a traceback: a damaged or
+foreign database, an unreachable broker, an OS error, and even an unexpected crash
+(its traceback only with ``RIFFLUX_LOG_LEVEL=DEBUG``). A closed stdout (``| head``)
+ends the command quietly with status 141, as a Unix tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
+import sqlite3
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,8 @@ from rifflux.search.service import MODES, SearchService
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
+# 128 + SIGPIPE: what a shell reports for a tool whose reader went away.
+EXIT_BROKEN_PIPE = 141
 
 
 def _common_db(parser: argparse.ArgumentParser) -> None:
@@ -243,8 +251,29 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return run_pool(settings, spec, env=worker_environment(settings, spec.processes))
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def remove_index(db_path: Path) -> None:
-    """Delete the index database and its published vector cache."""
+    """Delete the index database and its published vector cache; never another file.
+
+    ``--rebuild --db /etc/passwd`` (a damaged-database message suggests ``--rebuild``)
+    must not delete it: a file that is no SQLite database, or another application's
+    database, is refused. A damaged index (its header intact) is deleted.
+    """
+    from rifflux.errors import NotAnIndexError
+    from rifflux.store.connection import open_index_readonly
+
+    if db_path.is_file() and db_path.stat().st_size:
+        with db_path.open("rb") as file:
+            if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                raise RiffluxError(f"{db_path} is not an SQLite database; not deleting it")
+        try:
+            open_index_readonly(db_path).close()
+        except NotAnIndexError as exc:
+            raise RiffluxError(f"{exc}; not deleting it") from None
+        except RiffluxError:
+            pass  # damaged, or another schema version: what --rebuild is for
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)
@@ -432,20 +461,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    debug = False
     try:
         settings = Settings.from_env()
         # The CLI talks to people: only warnings unless a level was asked for.
         explicit = any(k in os.environ for k in ("RIFFLUX_LOG_LEVEL", "RIFLUX_LOG_LEVEL"))
+        debug = explicit and settings.log_level == "DEBUG"
         configure_logging(settings.log_level if explicit else "WARNING", style="console")
+        if not debug:
+            # pika logs each failed connection attempt with a traceback; the failure
+            # itself reaches the user as one line (_describe_failure).
+            logging.getLogger("pika").setLevel(logging.CRITICAL)
         return handler(args)
     except RiffluxError as exc:
-        print(f"rifflux: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _fail(str(exc), EXIT_ERROR)
     except ValueError as exc:
-        print(f"rifflux: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _broken_pipe()
+    except Exception as exc:
+        return _fail(_describe_failure(exc, args, debug), EXIT_ERROR)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"rifflux: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away: exit quietly (Python docs, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def _describe_failure(exc: Exception, args: argparse.Namespace, debug: bool) -> str:
+    """One line for an error no command handled: database, broker, OS, or a crash."""
+    from rifflux.queue.brokers import broker_unavailable, is_broker_error
+    from rifflux.store.connection import damaged_index, is_damage_error
+
+    settings = Settings.from_env().with_overrides(db_path=getattr(args, "db", None))
+    if isinstance(exc, sqlite3.DatabaseError) and is_damage_error(exc):
+        return str(damaged_index(settings.db_path, exc))
+    if isinstance(exc, sqlite3.Error):
+        return f"database error on {settings.db_path}: {exc}"
+    if is_broker_error(exc):
+        return str(broker_unavailable(settings.resolved_broker_url, exc))
+    if isinstance(exc, OSError):
+        return str(exc)
+    if debug:
+        traceback.print_exc()
+    return (
+        f"internal error: {type(exc).__name__}: {exc} "
+        "(run with RIFFLUX_LOG_LEVEL=DEBUG for the traceback)"
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ EMBEDDING_BACKENDS = ("auto", "onnx", "hash")
 # Hybrid fusions: reciprocal rank fusion, or a weighted sum of max-scaled scores.
 FUSIONS = ("rrf", "maxnorm")
 
+MAX_PORT = 65535
+
 T = TypeVar("T")
 
 
@@ -90,6 +92,13 @@ def _module_name(raw: str) -> str:
     return value
 
 
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= MAX_PORT:
+        raise ValueError(f"expected a port from 1 to {MAX_PORT}")
+    return value
+
+
 def _non_negative_float(raw: str) -> float:
     value = float(raw)
     if value < 0:
@@ -151,6 +160,11 @@ class Settings:
     # Empty: the server's working directory.
     auto_reindex_paths: tuple[str, ...] = ()
     auto_reindex_min_interval_seconds: float = 30.0
+    # Where the MCP server may index and serve files (docs/security.md). Empty: the
+    # server's working directory. Relative entries resolve against that directory.
+    allowed_roots: tuple[str, ...] = ()
+    # Whether the MCP search tool accepts a db_path argument (always opened read-only).
+    allow_db_path: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -191,7 +205,7 @@ class Settings:
         read("WORKER_ACTORS", "worker_actors", _module_name)
         read("STALL_SECONDS", "stall_seconds", _positive_float)
         read("HTTP_HOST", "http_host", str.strip)
-        read("HTTP_PORT", "http_port", _positive_int)
+        read("HTTP_PORT", "http_port", _port)
         read("HTTP_TOKEN", "http_token", str.strip)
         read("LOG_LEVEL", "log_level", lambda raw: raw.strip().upper() or "INFO")
         read("FILE_WATCHER", "file_watcher", _parse_bool)
@@ -204,6 +218,8 @@ class Settings:
             "auto_reindex_min_interval_seconds",
             _non_negative_float,
         )
+        read("ALLOWED_ROOTS", "allowed_roots", _parse_list)
+        read("ALLOW_DB_PATH", "allow_db_path", _parse_bool)
         settings = cls(**overrides)
         if settings.min_chunk_chars > settings.max_chunk_chars:
             raise ConfigError(

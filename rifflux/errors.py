@@ -29,3 +29,23 @@ class NotFoundError(RiffluxError):
 
 class InvalidQueryError(RiffluxError, ValueError):
     """A search argument is out of its allowed range."""
+
+
+class IndexMissingError(NotFoundError):
+    """A read found no index database: reads never create one."""
+
+
+class NotAnIndexError(RiffluxError):
+    """The database named is not a Rifflux index (another file or application's DB)."""
+
+
+class IndexDamagedError(RiffluxError):
+    """SQLite reported the index database malformed or not a database at all."""
+
+
+class PathNotAllowedError(RiffluxError):
+    """A path lies outside the server's allowed roots (``RIFFLUX_ALLOWED_ROOTS``)."""
+
+
+class BrokerUnavailableError(RiffluxError):
+    """The message broker could not be reached or refused the connection."""

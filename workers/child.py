@@ -126,9 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("worker.parent_gone", parent=parent)
             break
     worker.stop(timeout=STOP_TIMEOUT_MS)
-    broker.emit_before("process_stop")
     broker.close()
-    broker.emit_after("process_stop")
     return EXIT_RECYCLE if recycle.reason is not None else 0
 
 

@@ -99,6 +99,7 @@ def check_embedding_model(conn: sqlite3.Connection, label: str, *, force: bool) 
 
 
 def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]) -> ScanResult:
+    """Scan ``roots``; symlinks are followed only into them or ``settings.allowed_roots``."""
     base = resolve_base_dir(conn, settings)
     return scan_roots(
         roots,
@@ -106,6 +107,7 @@ def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]
         include_globs=settings.include_globs,
         exclude_globs=settings.exclude_globs,
         index_files=IndexFiles.for_settings(settings),
+        link_roots=[Path(p) for p in settings.allowed_roots],
     )
 
 

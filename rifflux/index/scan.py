@@ -3,6 +3,12 @@
 Paths in the index are POSIX paths relative to the index's base directory, so the same
 layout yields the same paths on every machine. A file outside the base directory is
 stored by its absolute POSIX path.
+
+Containment: a single-file root obeys the include and exclude globs like a file found
+by the walk (``reindex ~/.ssh/id_rsa`` indexes nothing). A symlink, to a file or to a
+directory, is followed only when its target's realpath lies inside one of the scanned
+roots or of the ``link_roots`` the caller allows (the MCP server's allowed roots);
+any other link is skipped and listed with its reason.
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from rifflux.errors import RootNotFoundError
+from rifflux.index.allowed import is_within, real
 from rifflux.store.own_files import IndexFiles
+
+SYMLINK_OUTSIDE = "symlink to a target outside the allowed roots; not followed"
+GLOB_MISMATCH = "does not match the include globs, or matches an exclude glob"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,14 @@ def matches_any(rel_path: str, globs: Iterable[str]) -> bool:
     return False
 
 
+def glob_mismatch(
+    path: Path | str, include_globs: Sequence[str], exclude_globs: Sequence[str]
+) -> bool:
+    """True if a file named ``path`` is not indexable by name (judged by its basename)."""
+    name = os.path.basename(os.path.normpath(path))
+    return matches_any(name, exclude_globs) or not matches_any(name, include_globs)
+
+
 def scan_roots(
     roots: Sequence[Path],
     *,
@@ -81,36 +99,55 @@ def scan_roots(
     include_globs: Sequence[str],
     exclude_globs: Sequence[str],
     index_files: IndexFiles | None = None,
+    link_roots: Sequence[Path] = (),
 ) -> ScanResult:
     """List the indexable files under ``roots`` (files or directories), sorted by path;
     the index's own files (``index_files``) are never listed."""
     result = ScanResult()
     own = index_files or IndexFiles(frozenset(), ())
     seen: dict[str, ScannedFile] = {}
+    contain = [real(r) for r in (*roots, *link_roots)]
     for root in roots:
         if not os.path.lexists(root):
             raise RootNotFoundError(f"path to index does not exist: {root}")
         root_rel = to_rel_path(root, base_dir)
         result.root_prefixes.append(root_rel)
         if os.path.isdir(root):
-            _walk_dir(root, base_dir, include_globs, exclude_globs, own, seen, result)
-        elif not own.owns(root):
-            _consider_file(root, to_rel_path(root, base_dir), seen, result)
+            walk = _Walk(base_dir, include_globs, exclude_globs, own, contain)
+            _walk_dir(root, walk, seen, result)
+        elif own.owns(root):
+            continue
+        elif glob_mismatch(root, include_globs, exclude_globs):
+            result.skipped.append(SkippedFile(root_rel, GLOB_MISMATCH))
+        else:
+            _consider_file(root, root_rel, seen, result)
     result.files = sorted(seen.values(), key=lambda f: f.rel_path)
     return result
 
 
-def _walk_dir(
-    root: Path,
-    base_dir: Path,
-    include_globs: Sequence[str],
-    exclude_globs: Sequence[str],
-    own: IndexFiles,
-    seen: dict[str, ScannedFile],
-    result: ScanResult,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    base_dir: Path
+    include_globs: Sequence[str]
+    exclude_globs: Sequence[str]
+    own: IndexFiles
+    contain: Sequence[Path]
+
+    def escapes(self, path: str, result: ScanResult) -> bool:
+        """True (and the link listed as skipped) for a symlink pointing out of bounds."""
+        if not os.path.islink(path) or is_within(path, self.contain):
+            return False
+        result.skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), SYMLINK_OUTSIDE))
+        return True
+
+
+def _walk_dir(root: Path, walk: _Walk, seen: dict[str, ScannedFile], result: ScanResult) -> None:
+    base_dir, include_globs, exclude_globs = walk.base_dir, walk.include_globs, walk.exclude_globs
+    own = walk.own
     # Symlinked directories are followed once: (device, inode) of every visited
     # directory is remembered, so a link cycle ends the descent instead of looping.
+    # A link is followed only to a target inside the bounds (walk.escapes); the
+    # directories below a followed link are then inside too.
     visited: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         try:
@@ -127,7 +164,9 @@ def _walk_dir(
         kept = []
         for name in sorted(dirnames):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if not matches_any(rel.replace(os.sep, "/"), exclude_globs):
+            if matches_any(rel.replace(os.sep, "/"), exclude_globs):
+                continue
+            if not walk.escapes(os.path.join(dirpath, name), result):
                 kept.append(name)
         dirnames[:] = kept
         for name in sorted(filenames):
@@ -139,7 +178,8 @@ def _walk_dir(
             path = Path(dirpath) / name
             if own.owns(path):
                 continue
-            _consider_file(path, to_rel_path(path, base_dir), seen, result)
+            if not walk.escapes(str(path), result):
+                _consider_file(path, to_rel_path(path, base_dir), seen, result)
 
 
 def _consider_file(

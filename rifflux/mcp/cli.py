@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rifflux.config import Settings
+from rifflux.config import MAX_PORT, Settings
+from rifflux.errors import ConfigError
 from rifflux.logs import configure_logging
 
 TRANSPORTS = ("stdio", "http")
@@ -53,6 +54,8 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     from rifflux.mcp.server import run_server
 
+    if args.port is not None and not 1 <= args.port <= MAX_PORT:
+        raise ConfigError(f"--port must be from 1 to {MAX_PORT} (got {args.port})")
     settings = Settings.from_env().with_overrides(db_path=args.db)
     configure_logging(settings.log_level, style="json")
     run_server(

@@ -2,9 +2,16 @@
 
 Every failure reaches the client as a tool error (``is_error``) with one line of text,
 and the server keeps serving: arguments that do not fit the input schema name the
-field; a :class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message;
+field; a :class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message; a
+damaged database, an unreachable broker and an OS error read as the CLI's one-line
+messages;
 anything else is ``internal error: <type>: <message>`` and its traceback goes to the
 log (stderr; a stdio server's stdout carries protocol messages only).
+
+Allowed roots (docs/security.md): ``reindex``, ``get_file`` and ``get_chunk`` ask the
+client for its roots (the protocol's roots capability, when the client declares it)
+on every call, and work only inside the roots that leaves (``tools.ToolContext.roots_for``).
+Watched and reindex-on-start paths must lie inside the server's allowed roots.
 
 Over HTTP the SDK's DNS-rebinding protection accepts only local ``Host``/``Origin``
 headers, and ``RIFFLUX_HTTP_TOKEN``, when set, is required as a bearer token on every
@@ -16,12 +23,15 @@ from __future__ import annotations
 import functools
 import hmac
 import signal
+import sqlite3
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import structlog
@@ -30,6 +40,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BeforeValidator, Field, ValidationError
 from starlette.responses import PlainTextResponse
@@ -40,6 +51,8 @@ from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.mcp import tools
 from rifflux.mcp.tools import MAX_TOP_K, ToolContext, resolve_roots
+from rifflux.queue.brokers import broker_unavailable, is_broker_error
+from rifflux.store.connection import damaged_index, is_damage_error
 from rifflux.watch.watcher import FileWatcher
 
 log = structlog.get_logger(__name__)
@@ -83,6 +96,31 @@ def _reject_bool(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("must be an integer, not a boolean")
     return value
+
+
+async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
+    """The file:// roots the client declares, or None when it declares none.
+
+    A client that declares the capability but answers an empty list or fails to answer
+    gets None too: the server's own allowed roots then apply (the outer bound anyway).
+    """
+    capabilities = context.client_capabilities
+    if capabilities is None or capabilities.roots is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            # Roots are deprecated in the 2026-07-28 protocol; clients still declare them.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            result = await context.session.list_roots()
+    except Exception as exc:
+        log.warning("mcp.list_roots_failed", error=str(exc))
+        return None
+    roots = []
+    for root in result.roots:
+        parts = urlsplit(str(root.uri))
+        if parts.scheme == "file":
+            roots.append(Path(unquote(parts.path)))
+    return roots or None  # An empty list leaves the server's own roots in force.
 
 
 def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
@@ -150,14 +188,19 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
                 "job; follow it with index_status."
             ),
         ] = False,
+        context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Index (or refresh) files and directories; unchanged files are skipped.
 
         Waits for the job and returns {indexed_files, skipped_files, deleted_files,
-        indexed_paths, embedding_model, embedding_backend, job_id}, or with
+        skipped (the first skipped paths with their reasons), indexed_paths,
+        embedding_model, embedding_backend, job_id}, or with
         background=true returns {job_id, status} at once.
         """
-        return await _in_thread(tools.reindex, ctx, path, paths, force, prune_missing, background)
+        roots = await client_roots(context) if context is not None else None
+        return await _in_thread(
+            tools.reindex, ctx, path, paths, force, prune_missing, background, roots
+        )
 
     @server.tool(annotations=_READ_ONLY)
     async def index_status() -> dict[str, Any]:
@@ -168,9 +211,11 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
     @server.tool(annotations=_READ_ONLY)
     async def get_chunk(
         chunk_id: Annotated[str, Field(description="A chunk_id from search results.")],
+        context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content}}."""
-        return await _in_thread(tools.get_chunk, ctx, chunk_id)
+        roots = await client_roots(context) if context is not None else None
+        return await _in_thread(tools.get_chunk, ctx, chunk_id, roots)
 
     @server.tool(annotations=_READ_ONLY)
     async def get_file(
@@ -178,10 +223,12 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
             str,
             Field(description="An indexed file's path, exactly as search results show it."),
         ],
+        context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """All chunks of an indexed file: {file: {path, sha256, chunks}}. Only indexed
-        files are served; nothing is read from the filesystem."""
-        return await _in_thread(tools.get_file, ctx, path)
+        files inside the server's allowed roots are served; the file is not read."""
+        roots = await client_roots(context) if context is not None else None
+        return await _in_thread(tools.get_file, ctx, path, roots)
 
 
 def _one_line(text: str) -> str:
@@ -205,7 +252,7 @@ def validation_message(tool: str, exc: ValidationError) -> str:
     return _one_line(f"invalid arguments for {tool}: {'; '.join(parts)}")
 
 
-def tool_error_message(tool: str, exc: ToolError) -> str:
+def tool_error_message(tool: str, exc: ToolError, *, broker_url: str = "RIFFLUX_BROKER_URL") -> str:
     """The one line a client sees for a failed call; logs the traceback of a crash."""
     cause = exc.__cause__
     if isinstance(exc, UnexpectedToolError) and cause is not None:
@@ -213,6 +260,10 @@ def tool_error_message(tool: str, exc: ToolError) -> str:
             message = _one_line(str(cause))
             log.info("mcp.tool_error", tool=tool, error=message)
             return message
+        known = _known_failure(cause, broker_url)
+        if known is not None:
+            log.warning("mcp.tool_error", tool=tool, error=known)
+            return known
         log.error("mcp.tool_crashed", tool=tool, exc_info=cause)
         return _one_line(f"internal error: {type(cause).__name__}: {cause}")
     if isinstance(cause, ValidationError):
@@ -221,6 +272,18 @@ def tool_error_message(tool: str, exc: ToolError) -> str:
         message = _one_line(str(exc))
     log.info("mcp.tool_error", tool=tool, error=message)
     return message
+
+
+def _known_failure(exc: BaseException, broker_url: str) -> str | None:
+    """The one line for a damaged database, an unreachable broker or an OS error."""
+    if isinstance(exc, sqlite3.DatabaseError) and is_damage_error(exc):
+        return _one_line(str(damaged_index(None, exc)))
+    if is_broker_error(exc):
+        return _one_line(str(broker_unavailable(broker_url, exc)))
+    if isinstance(exc, OSError):
+        # The filesystem said no (a name too long, a permission): a fact, not a crash.
+        return _one_line(str(exc))
+    return None
 
 
 class RiffluxServer(MCPServer):
@@ -240,7 +303,8 @@ class RiffluxServer(MCPServer):
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            text = tool_error_message(name, exc)
+            broker_url = self.context.settings.resolved_broker_url
+            text = tool_error_message(name, exc, broker_url=broker_url)
             return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
@@ -341,7 +405,7 @@ def ensure_workers_in_background(ctx: ToolContext) -> None:
 def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
     """Submit one reindex job for ``paths`` now; start workers later only if none appears."""
     roots = resolve_roots(ctx, None, [str(p) for p in paths])
-    job_id = ctx.queue.submit(roots)
+    job_id = ctx.queue.submit(roots, allowed_roots=ctx.allowed_roots)
     ensure_workers_in_background(ctx)
     log.info("mcp.reindex_on_start", job_id=job_id, roots=[str(r) for r in roots])
     return job_id
@@ -379,6 +443,7 @@ def run_server(
             # queued, and a worker pool (ours if nobody else's shows up) finishes it.
             log.info("mcp.resuming_unfinished_jobs")
             ensure_workers_in_background(context)
+        # Watched paths, like reindex paths, must lie inside the allowed roots.
         watch_roots = resolve_roots(context, None, [str(p) for p in watch]) if watch else []
         if not watch_roots and settings.file_watcher:
             watch_roots = resolve_roots(context, None, list(settings.file_watcher_paths))

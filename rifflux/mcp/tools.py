@@ -5,6 +5,13 @@ answers with. Bad input raises :class:`~rifflux.errors.RiffluxError` or ``ValueE
 with a one-line message; ``server.py`` registers these functions with the protocol and
 turns those errors into tool errors. Every function may block (SQLite, embedding,
 waiting for a job), so the server runs them in worker threads.
+
+The server indexes and serves only inside its allowed roots (``rifflux.index.allowed``,
+docs/security.md): ``reindex`` refuses a path outside them, a file whose name the globs
+exclude, and passes the roots to the job so the scan follows no symlink out of them;
+``get_file`` and ``get_chunk`` re-check, at read time and by realpath, that the file
+still lies inside them. ``db_path`` opens another index read-only, and only when
+``RIFFLUX_ALLOW_DB_PATH`` allows it.
 """
 
 from __future__ import annotations
@@ -19,10 +26,19 @@ from typing import Any
 import structlog
 
 from rifflux.config import Settings
-from rifflux.errors import InvalidQueryError, NotFoundError, RiffluxError, RootNotFoundError
+from rifflux.errors import (
+    IndexMissingError,
+    InvalidQueryError,
+    PathNotAllowedError,
+    RiffluxError,
+    RootNotFoundError,
+)
+from rifflux.index.allowed import configured_roots, describe, effective_roots, is_within
+from rifflux.index.scan import glob_mismatch
 from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.search.service import SearchService, validate_mode, validate_top_k
+from rifflux.vectors.cache import VectorCache
 from rifflux.watch.auto import AutoReindexer
 from rifflux.watch.watcher import read_watcher_state
 
@@ -35,6 +51,8 @@ REINDEX_WAIT_SECONDS = 3600.0
 job itself keeps running and shows in ``index_status``)."""
 MAX_ERRORS_IN_MESSAGE = 5
 """How many of a failed job's file errors a tool error message lists."""
+MAX_SKIPPED_IN_RESULT = 20
+"""How many skipped files (with their reasons) a ``reindex`` result lists."""
 
 
 @dataclass
@@ -56,6 +74,17 @@ class ToolContext:
     # Set when RIFFLUX_AUTO_REINDEX_ON_SEARCH is on: searches trigger background jobs.
     auto_reindex: AutoReindexer | None = field(default=None, init=False, repr=False)
 
+    @property
+    def allowed_roots(self) -> list[Path]:
+        """RIFFLUX_ALLOWED_ROOTS as realpaths, or the working directory."""
+        return configured_roots(self.settings, self.cwd)
+
+    def roots_for(self, client_roots: Sequence[Path] | None) -> list[Path]:
+        """The allowed roots of one call, narrowed or extended by the client's roots."""
+        return effective_roots(
+            self.allowed_roots, client_roots, restricted=bool(self.settings.allowed_roots)
+        )
+
     @classmethod
     def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
         cwd = Path(cwd or os.getcwd()).resolve()
@@ -68,34 +97,61 @@ class ToolContext:
         )
         if settings.auto_reindex_on_search:
             roots = [resolve_against(cwd, p) for p in settings.auto_reindex_paths] or [cwd]
+            check_allowed(roots, ctx.allowed_roots)
             ctx.auto_reindex = AutoReindexer(
                 ctx.queue, roots, settings.auto_reindex_min_interval_seconds
             )
         return ctx
 
     def service_for(self, db_path: str | None) -> SearchService:
-        """The server's own SearchService, or a cached one for another index database."""
+        """The server's own SearchService, or a cached one for another index database.
+
+        Another index is opened read-only and its vector cache is never published: a
+        ``db_path`` search writes nothing, there or beside it.
+        """
         if db_path is None or not db_path.strip():
             return self.search
+        if not self.settings.allow_db_path:
+            raise RiffluxError(
+                "db_path is disabled on this server (RIFFLUX_ALLOW_DB_PATH=0); search without it"
+            )
         path = resolve_against(self.cwd, db_path)
         if path == self.settings.db_path:
             return self.search
-        if not path.is_file():
-            raise NotFoundError(f"index database not found: {path}")
         with self._services_lock:
             service = self._other_services.get(path)
-            if service is None:
-                service = SearchService(self.settings.with_overrides(db_path=path))
-                self._other_services[path] = service
+            if service is not None:
+                return service
+            service = SearchService(
+                self.settings.with_overrides(db_path=path),
+                vector_cache=VectorCache(may_publish=False),
+            )
+            try:
+                service.connection()  # A missing, foreign or damaged file fails here.
+            except BaseException:
+                service.close()
+                raise
+            self._other_services[path] = service
             return service
 
     def start_reindex(
-        self, roots: Sequence[Path], *, force: bool = False, prune_missing: bool = True
+        self,
+        roots: Sequence[Path],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+        allowed: Sequence[Path] | None = None,
     ) -> str:
-        """Start workers unless some are alive, then submit one job for ``roots``."""
+        """Start workers unless some are alive, then submit one job for ``roots``.
+
+        The job's scan follows symlinks only into ``allowed`` (default: the allowed roots).
+        """
+        allowed = self.allowed_roots if allowed is None else allowed
         with self._queue_lock:
             self.queue.ensure_workers()
-            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+            return self.queue.submit(
+                roots, force=force, prune_missing=prune_missing, allowed_roots=allowed
+            )
 
     def queue_status(self) -> dict[str, Any]:
         with self._queue_lock:
@@ -134,21 +190,59 @@ def search_rifflux(
         raise InvalidQueryError("query must be a string")
     if ctx.auto_reindex is not None and (db_path is None or not db_path.strip()):
         ctx.auto_reindex.maybe_trigger()
+        try:
+            return ctx.search.search_response(query, top_k=top_k, mode=mode)
+        except IndexMissingError as exc:
+            raise IndexMissingError(
+                f"{exc}; an automatic reindex is creating it, search again shortly"
+            ) from exc
     return ctx.service_for(db_path).search_response(query, top_k=top_k, mode=mode)
 
 
-def resolve_roots(ctx: ToolContext, path: str | None, paths: Sequence[str] | None) -> list[Path]:
-    """``paths`` if any, else ``path``, else the server's working directory; all must exist."""
+def resolve_roots(
+    ctx: ToolContext,
+    path: str | None,
+    paths: Sequence[str] | None,
+    *,
+    allowed: Sequence[Path] | None = None,
+) -> list[Path]:
+    """``paths`` if any, else ``path``, else the server's working directory.
+
+    All must exist and lie inside ``allowed`` (default: the server's allowed roots).
+    """
     given = [p for p in paths or () if p.strip()]
     if not given and path is not None and path.strip():
         given = [path]
     if not given:
-        return [ctx.cwd]
+        given = [str(ctx.cwd)]
     roots = [resolve_against(ctx.cwd, p) for p in given]
+    check_allowed(roots, ctx.allowed_roots if allowed is None else allowed)
     missing = [str(root) for root in roots if not root.exists()]
     if missing:
         raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
     return roots
+
+
+def check_allowed(paths: Sequence[Path], allowed: Sequence[Path]) -> None:
+    """Raise a one-line error naming every path whose realpath is outside ``allowed``."""
+    outside = [str(p) for p in paths if not is_within(p, allowed)]
+    if outside:
+        raise PathNotAllowedError(
+            f"{', '.join(outside)} is outside the allowed roots ({describe(allowed)}); "
+            "set RIFFLUX_ALLOWED_ROOTS to allow it"
+        )
+
+
+def check_indexable_files(ctx: ToolContext, roots: Sequence[Path]) -> None:
+    """A single-file root must be indexable by name, or the call is refused."""
+    include, exclude = ctx.settings.include_globs, ctx.settings.exclude_globs
+    refused = [str(r) for r in roots if r.is_file() and glob_mismatch(r, include, exclude)]
+    if refused:
+        raise RiffluxError(
+            f"{', '.join(refused)} is not indexed: its name does not match "
+            f"RIFFLUX_INDEX_INCLUDE_GLOBS ({', '.join(include)}) or matches "
+            "RIFFLUX_INDEX_EXCLUDE_GLOBS"
+        )
 
 
 def job_failure(job: JobRecord) -> str:
@@ -167,10 +261,13 @@ def reindex(
     force: bool = False,
     prune_missing: bool = True,
     background: bool = False,
+    client_roots: Sequence[Path] | None = None,
 ) -> dict[str, Any]:
     """Submit one job for the roots; wait for it unless ``background``."""
-    roots = resolve_roots(ctx, path, paths)
-    job_id = ctx.start_reindex(roots, force=force, prune_missing=prune_missing)
+    allowed = ctx.roots_for(client_roots)
+    roots = resolve_roots(ctx, path, paths, allowed=allowed)
+    check_indexable_files(ctx, roots)
+    job_id = ctx.start_reindex(roots, force=force, prune_missing=prune_missing, allowed=allowed)
     if background:
         submitted = ctx.queue.job(job_id)
         return {"job_id": job_id, "status": submitted.state if submitted else "queued"}
@@ -188,6 +285,7 @@ def reindex(
         "indexed_files": job.files_done,
         "skipped_files": job.files_skipped,
         "deleted_files": job.files_deleted,
+        "skipped": job.options.get("skipped", [])[:MAX_SKIPPED_IN_RESULT],
         "indexed_paths": [str(root) for root in roots],
         "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
         "embedding_backend": ctx.settings.embedding_backend,
@@ -209,10 +307,32 @@ def index_status(ctx: ToolContext) -> dict[str, Any]:
     return status
 
 
-def get_chunk(ctx: ToolContext, chunk_id: str) -> dict[str, Any]:
-    return {"chunk": ctx.search.get_chunk(chunk_id)}
+def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:
+    """Refuse an indexed file whose realpath is, now, outside the allowed roots.
+
+    Checked at read time: a file swapped for a symlink after it was indexed, or an
+    index built by the CLI from elsewhere, serves nothing outside the roots.
+    """
+    real_path = ctx.search.absolute_path(stored_path)
+    if not is_within(real_path, allowed):
+        raise PathNotAllowedError(
+            f"{stored_path!r} is indexed but lies outside the allowed roots "
+            f"({describe(allowed)}); set RIFFLUX_ALLOWED_ROOTS to serve it"
+        )
 
 
-def get_file(ctx: ToolContext, path: str) -> dict[str, Any]:
-    """An indexed file by its stored path; never reads the filesystem."""
-    return {"file": ctx.search.get_file(path)}
+def get_chunk(
+    ctx: ToolContext, chunk_id: str, client_roots: Sequence[Path] | None = None
+) -> dict[str, Any]:
+    chunk = ctx.search.get_chunk(chunk_id)
+    check_served(ctx, chunk["path"], ctx.roots_for(client_roots))
+    return {"chunk": chunk}
+
+
+def get_file(
+    ctx: ToolContext, path: str, client_roots: Sequence[Path] | None = None
+) -> dict[str, Any]:
+    """An indexed file by its stored path, from the index (the file itself is not read)."""
+    found = ctx.search.get_file(path)
+    check_served(ctx, found["path"], ctx.roots_for(client_roots))
+    return {"file": found}

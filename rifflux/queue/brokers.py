@@ -4,22 +4,54 @@
 relative to the working directory, ``sqlite:////var/lib/rifflux/queue.db`` absolute.
 A query string sets :class:`SQLiteBroker` options, e.g.
 ``sqlite:////var/lib/rifflux/queue.db?lease_seconds=30&max_deliveries=none``.
-Redis and RabbitMQ URLs go to Dramatiq's own brokers unchanged; they connect lazily.
+Redis and RabbitMQ URLs go to Dramatiq's own brokers unchanged; they connect lazily,
+so an unreachable broker or a wrong password shows at the first call that talks to it:
+:func:`is_broker_error` recognises those failures and :func:`broker_unavailable` makes
+them one line (the URL's password redacted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import dramatiq
+import dramatiq.errors
 
-from rifflux.errors import ConfigError
+from rifflux.errors import BrokerUnavailableError, ConfigError
 from rifflux.queue.sqlite_broker import SQLiteBroker
 
 SQLITE_PREFIX = "sqlite:///"
 ACCEPTED_SCHEMES = "sqlite:///PATH, redis://HOST[:PORT][/DB] or amqp://USER:PASSWORD@HOST[:PORT]/"
+
+
+# Client libraries whose exceptions mean "the broker cannot be reached or refused us".
+BROKER_CLIENT_MODULES = ("redis", "pika", "amqp")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def is_broker_error(exc: BaseException) -> bool:
+    """True for a connection or authentication failure of a Redis or RabbitMQ client."""
+    if isinstance(exc, dramatiq.errors.BrokerConnectionError):
+        return True
+    return any(cls.__module__.split(".")[0] in BROKER_CLIENT_MODULES for cls in type(exc).__mro__)
+
+
+def broker_unavailable(url: str, exc: BaseException) -> BrokerUnavailableError:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return BrokerUnavailableError(
+        f"cannot use the broker at {redact_url(url)} ({type(exc).__name__}: {detail}); "
+        "check RIFFLUX_BROKER_URL and that the broker is running"
+    )
 
 
 def _positive_float(raw: str) -> float:

@@ -24,8 +24,9 @@ from dramatiq import Message
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, RootNotFoundError
+from rifflux.index.allowed import configured_roots
 from rifflux.queue import jobs, names, stall
-from rifflux.queue.brokers import make_broker
+from rifflux.queue.brokers import broker_unavailable, make_broker
 from rifflux.queue.presence import PresenceStore, presence_store_for
 from rifflux.queue.tasks import job_options
 from rifflux.store.connection import open_index
@@ -147,22 +148,50 @@ class IndexQueue:
             return self._presence
 
     def submit(
-        self, paths: Sequence[Path | str], *, force: bool = False, prune_missing: bool = True
+        self,
+        paths: Sequence[Path | str],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+        allowed_roots: Sequence[Path] | None = None,
     ) -> str:
-        """Record a job and enqueue its plan step; returns the job id."""
+        """Record a job and enqueue its plan step; returns the job id.
+
+        ``allowed_roots`` bound where the scan follows symlinks (default:
+        ``RIFFLUX_ALLOWED_ROOTS`` if set, else only the job's roots). A broker that
+        cannot take the message fails the submit and its job row is deleted again, so
+        no job is left ``queued`` forever.
+        """
         roots = [Path(p) for p in paths]
         for root in roots:
             if not root.exists():
                 raise RootNotFoundError(f"path to index does not exist: {root}")
-        options = job_options(self.settings, force=force, prune_missing=prune_missing)
+        if allowed_roots is None and self.settings.allowed_roots:
+            allowed_roots = configured_roots(self.settings, Path.cwd())
+        options = job_options(
+            self.settings,
+            force=force,
+            prune_missing=prune_missing,
+            allowed_roots=allowed_roots or (),
+        )
         conn = open_index(self.db_path)
         try:
             job_id = jobs.create_job(conn, [str(r.resolve()) for r in roots], options)
+            try:
+                self._enqueue_plan(job_id)
+            except Exception as exc:
+                jobs.delete_job(conn, job_id)
+                if isinstance(exc, RiffluxError):
+                    raise
+                raise broker_unavailable(self.settings.resolved_broker_url, exc) from exc
         finally:
             conn.close()
+        log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
+        return job_id
+
+    def _enqueue_plan(self, job_id: str) -> None:
         with self._lock:
-            broker = self.broker
-            broker.enqueue(
+            self.broker.enqueue(
                 Message(
                     queue_name=names.PLAN_QUEUE,
                     actor_name=names.PLAN_ACTOR,
@@ -171,8 +200,6 @@ class IndexQueue:
                     options={"on_retry_exhausted": names.PLAN_FAILED_ACTOR},
                 )
             )
-        log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
-        return job_id
 
     def job(self, job_id: str) -> jobs.JobRecord | None:
         conn = open_index(self.db_path)
@@ -330,8 +357,14 @@ class IndexQueue:
             records = jobs.recent_jobs(conn, recent)
         finally:
             conn.close()
-        live = self.live_workers()
-        depths = self.queue_depths()
+        queue_db = self.settings.sqlite_broker_path
+        if queue_db is not None and not queue_db.exists():
+            # Reading status never creates the broker's file: no file, no messages.
+            live: list[dict[str, Any]] = []
+            depths: dict[str, int] | None = dict.fromkeys(names.ALL_QUEUES, 0)
+        else:
+            live = self.live_workers()
+            depths = self.queue_depths()
         now = time.time()
         recent_jobs = []
         for record in records:

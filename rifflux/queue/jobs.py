@@ -212,3 +212,14 @@ def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:
             return True
 
     return retry_on_busy(run)
+
+
+def delete_job(conn: sqlite3.Connection, job_id: str) -> None:
+    """Remove a job that was never enqueued (its submit failed), batches and all."""
+
+    def run() -> None:
+        with write_transaction(conn):
+            conn.execute("DELETE FROM job_batches WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    retry_on_busy(run)

@@ -26,6 +26,7 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for
 from rifflux.errors import EmbeddingModelMismatch, RiffluxError
+from rifflux.index.allowed import is_within, real
 from rifflux.index.changes import (
     FileWork,
     Tally,
@@ -64,8 +65,18 @@ MIN_BATCH_BYTES = 16_000
 SendBatch = Callable[[int, dict[str, Any]], None]
 
 
-def job_options(settings: Settings, *, force: bool, prune_missing: bool) -> dict[str, Any]:
-    """Everything a worker needs to reproduce the front process's indexing settings."""
+def job_options(
+    settings: Settings,
+    *,
+    force: bool,
+    prune_missing: bool,
+    allowed_roots: Sequence[Path] = (),
+) -> dict[str, Any]:
+    """Everything a worker needs to reproduce the front process's indexing settings.
+
+    ``allowed_roots`` (absolute) bound where the plan step follows symlinks, beside the
+    job's own roots: the MCP server passes its allowed roots.
+    """
     return {
         "force": force,
         "prune_missing": prune_missing,
@@ -76,6 +87,7 @@ def job_options(settings: Settings, *, force: bool, prune_missing: bool) -> dict
         "min_chunk_chars": settings.min_chunk_chars,
         "batch_target_bytes": settings.batch_target_bytes,
         "base_dir": str(settings.base_dir) if settings.base_dir else None,
+        "allowed_roots": [str(p) for p in allowed_roots],
     }
 
 
@@ -89,6 +101,7 @@ def job_settings(settings: Settings, db_path: str, options: dict[str, Any]) -> S
         min_chunk_chars=options["min_chunk_chars"],
         batch_target_bytes=options["batch_target_bytes"],
         base_dir=Path(options["base_dir"]) if options.get("base_dir") else None,
+        allowed_roots=tuple(options.get("allowed_roots", ())),
     )
 
 
@@ -122,9 +135,11 @@ def plan(settings: Settings, db_path: str, job_id: str, send_batch: SendBatch) -
         if not job.planned and not _make_plan(conn, cfg, job, label):
             return PlanOutcome(0, False)
         base_dir = resolve_base_dir(conn, cfg)
+        # A file swapped for a symlink out of bounds since the scan is not read.
+        bounds = [real(p) for p in (*job.roots, *cfg.allowed_roots)]
         pending = jobs.pending_batches(conn, job_id)
         for batch_no, paths in pending:
-            works, vanished = read_works(base_dir, paths, cfg.max_file_bytes)
+            works, vanished = read_works(base_dir, paths, cfg.max_file_bytes, bounds)
             known = known_vector_hashes(conn, paths, label)
             payload = embed_payload(works, known, cfg, label)
             payload["vanished"] = vanished
@@ -203,13 +218,24 @@ def batch_bytes_for(total_bytes: int, target_bytes: int) -> int:
 
 
 def read_works(
-    base_dir: Path, rel_paths: Sequence[str], max_file_bytes: int
+    base_dir: Path,
+    rel_paths: Sequence[str],
+    max_file_bytes: int,
+    bounds: Sequence[Path] | None = None,
 ) -> tuple[list[FileWork], list[str]]:
-    """Read the planned files now; files that vanished or turned unindexable are listed."""
+    """Read the planned files now; files that vanished or turned unindexable are listed.
+
+    With ``bounds`` (realpaths), a file whose realpath now lies outside them (it was
+    swapped for a symlink after the scan, e.g. before a redelivered plan) counts as
+    vanished and is not read.
+    """
     works: list[FileWork] = []
     vanished: list[str] = []
     for rel_path in rel_paths:
         path = Path(rel_path) if rel_path.startswith("/") else base_dir / rel_path
+        if bounds is not None and not is_within(path, bounds):
+            vanished.append(rel_path)
+            continue
         try:
             st = path.stat()
             data = path.read_bytes()

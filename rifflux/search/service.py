@@ -8,15 +8,21 @@ answer with the lexical results (``score_breakdown`` ``{"bm25": ...}``, so a cli
 tell) and the response gains a ``warning`` naming the damage and the repair. A user who
 asked for meaning still gets the keyword matches, which are right, rather than nothing
 or hits that may be arbitrary. Without damage the response has no ``warning`` key.
+
+A search never writes its database: connections are read-only (``mode=ro``), an absent
+index is reported ("no index at PATH; ...") instead of created, and a damaged one reads
+as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``DatabaseError``.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import structlog
@@ -27,7 +33,7 @@ from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError, RiffluxError
 from rifflux.search.fusion import maxnorm_fuse, rrf_fuse
 from rifflux.search.lexical import lexical_search
-from rifflux.store.connection import open_index
+from rifflux.store.connection import damaged_index, is_damage_error, open_index_readonly
 from rifflux.store.integrity import quick_check
 from rifflux.store.writer import current_generation, get_metadata
 from rifflux.vectors.cache import VectorCache
@@ -36,6 +42,8 @@ from rifflux.vectors.segments import CacheCorrupt, forget_verified
 REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also republishes it)"
 
 log = structlog.get_logger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 MODES = ("lexical", "semantic", "hybrid")
 
@@ -67,6 +75,21 @@ def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
+def _reports_damage(method: F) -> F:
+    """Turn SQLite's "malformed"/"not a database" errors into one-line IndexDamagedError."""
+
+    @functools.wraps(method)
+    def wrapper(self: SearchService, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            if is_damage_error(exc):
+                raise damaged_index(self.db_path, exc) from exc
+            raise
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SearchService:
     """Lexical, semantic and hybrid search over one index database."""
 
@@ -91,11 +114,12 @@ class SearchService:
     def db_path(self) -> Path:
         return self.settings.db_path
 
+    @_reports_damage
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (SQLite connections must not be shared across threads)."""
+        """This thread's read-only connection (SQLite connections are per thread)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = open_index(self.settings.db_path)
+            conn = open_index_readonly(self.settings.db_path)
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)
@@ -130,6 +154,7 @@ class SearchService:
 
     # -- search ----------------------------------------------------------------------
 
+    @_reports_damage
     def search(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> list[dict[str, Any]]:
         return self._search(query, top_k=top_k, mode=mode)[0]
 
@@ -217,6 +242,7 @@ class SearchService:
             if row_by_key[f.key] in rows  # Vector cache: drop chunks deleted meanwhile.
         ]
 
+    @_reports_damage
     def search_response(
         self, query: str, *, top_k: int = 10, mode: str = "hybrid"
     ) -> dict[str, Any]:
@@ -258,9 +284,11 @@ class SearchService:
 
     # -- lookups ---------------------------------------------------------------------
 
+    @_reports_damage
     def stored_model(self, conn: sqlite3.Connection | None = None) -> str | None:
         return get_metadata(conn or self.connection(), "embedding_model")
 
+    @_reports_damage
     def get_chunk(self, chunk_id: str) -> dict[str, Any]:
         row = (
             self.connection()
@@ -271,6 +299,7 @@ class SearchService:
             raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
         return _chunk_dict(row)
 
+    @_reports_damage
     def get_file(self, path: str) -> dict[str, Any]:
         """An indexed file's chunks, by its stored path. Never reads the filesystem."""
         conn = self.connection()
@@ -290,6 +319,15 @@ class SearchService:
             "chunks": [_chunk_dict(row) for row in rows],
         }
 
+    @_reports_damage
+    def absolute_path(self, stored_path: str) -> Path:
+        """Where an indexed file lives: its stored path against the index's base_dir."""
+        if stored_path.startswith("/"):
+            return Path(stored_path)
+        base = get_metadata(self.connection(), "base_dir") or os.getcwd()
+        return Path(base) / stored_path
+
+    @_reports_damage
     def counts(self) -> dict[str, Any]:
         conn = self.connection()
 

@@ -3,21 +3,37 @@
 Connections run in autocommit mode (``isolation_level=None``); writes go through
 :func:`write_transaction`, which takes the write lock up front with ``BEGIN IMMEDIATE``
 so two writers never deadlock upgrading a read lock.
+
+Reads never write: :func:`open_index_readonly` opens with SQLite's ``mode=ro`` URI, so
+a search can create no file, no directory and no schema, and a file that is not a
+Rifflux index (an empty file, a text file, another application's database) is refused
+with one line and left byte-for-byte unchanged. :func:`open_index`, the writers' way in,
+creates the schema only in a database that has no tables yet. SQLite's "malformed" and
+"not a database" errors become :class:`~rifflux.errors.IndexDamagedError`, one line
+that says how to rebuild.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 import structlog
 
-from rifflux.errors import SchemaVersionError
+from rifflux.errors import (
+    IndexDamagedError,
+    IndexMissingError,
+    NotAnIndexError,
+    SchemaVersionError,
+)
 from rifflux.store.schema import SCHEMA_SQL, SCHEMA_VERSION
 
 log = structlog.get_logger(__name__)
@@ -31,7 +47,35 @@ RETRY_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.05
 RETRY_CAP_SECONDS = 2.0
 
+# index_metadata key of the random id that ties a vector cache to one database file
+# (rifflux.vectors.publish reads it under this name).
+INDEX_UID_KEY = "vectors_index_uid"
 REBUILD_HINT = "rebuild it with `rifflux index --rebuild PATH...`"
+# SQLite's primary result codes that mean the file itself is damaged or foreign.
+DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def is_damage_error(exc: BaseException) -> bool:
+    """True for "database disk image is malformed" and "file is not a database"."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(DAMAGE_CODES):
+        return True
+    message = str(exc).lower()
+    return "malformed" in message or "not a database" in message
+
+
+def damaged_index(db_path: Path | str | None, exc: BaseException) -> IndexDamagedError:
+    """The one-line error for a damaged database, naming the file when known."""
+    where = f": {db_path}" if db_path is not None else ""
+    return IndexDamagedError(
+        f"index database is damaged ({exc}{where}); rebuild with `rifflux index --rebuild DIR`"
+    )
+
+
+def missing_index(db_path: Path | str) -> IndexMissingError:
+    return IndexMissingError(f"no index at {db_path}; create it with `rifflux index DIR`")
 
 
 def is_busy_error(exc: BaseException) -> bool:
@@ -70,23 +114,31 @@ def retry_on_busy(
     raise AssertionError("unreachable")
 
 
-def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open an SQLite file in WAL mode with foreign keys on and a busy timeout."""
+def connect(path: Path | str, *, readonly: bool = False, wal: bool = True) -> sqlite3.Connection:
+    """Open an SQLite file in WAL mode with foreign keys on and a busy timeout.
+
+    ``wal=False`` leaves the journal mode alone (switching it writes the file header):
+    :func:`open_index` switches only once it knows the file is, or will be, an index.
+    """
     db_path = Path(path)
     if readonly:
-        conn = sqlite3.connect(
-            f"file:{db_path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-        )
+        # Quoted: a "?" or "#" in the path must not end the file name of the URI.
+        uri = f"file:{quote(str(db_path.absolute()))}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     else:
         db_path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(db_path), isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys=ON")
-    if not readonly:
-        retry_on_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-        conn.execute("PRAGMA synchronous=NORMAL")
+    if not readonly and wal:
+        _use_wal(conn)
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    retry_on_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+    conn.execute("PRAGMA synchronous=NORMAL")
 
 
 @contextmanager
@@ -114,7 +166,7 @@ def _stored_version(conn: sqlite3.Connection) -> int | None:
 def open_index(path: Path | str) -> sqlite3.Connection:
     """Open (creating if needed) the index database and check its schema version."""
     db_path = Path(path)
-    conn = connect(db_path)
+    conn = connect(db_path, wal=False)
     try:
         version = _stored_version(conn)
         if version is None:
@@ -125,27 +177,88 @@ def open_index(path: Path | str) -> sqlite3.Connection:
                 raise SchemaVersionError(
                     f"{db_path} has no schema version (an old Rifflux index); {REBUILD_HINT}"
                 )
+            if conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+                raise NotAnIndexError(
+                    f"{db_path} is an SQLite database but not a Rifflux index; "
+                    "pass another --db (or RIFFLUX_DB_PATH)"
+                )
+            _use_wal(conn)
 
             def create() -> None:
                 with write_transaction(conn):
                     for statement in _split_sql(SCHEMA_SQL):
                         conn.execute(statement)
+                    # The vector cache's uid is born with the schema, so a search (which
+                    # opens the index read-only) can always publish the cache files.
                     conn.execute(
                         "INSERT OR IGNORE INTO index_metadata(key, value) VALUES "
-                        "('schema_version', ?), ('generation', '0')",
-                        (str(SCHEMA_VERSION),),
+                        "('schema_version', ?), ('generation', '0'), (?, ?)",
+                        (str(SCHEMA_VERSION), INDEX_UID_KEY, secrets.token_hex(8)),
                     )
 
             retry_on_busy(create)
-        elif version != SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{db_path} has schema version {version}, this Rifflux needs "
-                f"{SCHEMA_VERSION}; {REBUILD_HINT}"
-            )
+        else:
+            _check_version(db_path, version)
+            _use_wal(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _check_version(db_path: Path, version: int) -> None:
+    if version != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{db_path} has schema version {version}, this Rifflux needs "
+            f"{SCHEMA_VERSION}; {REBUILD_HINT}"
+        )
+
+
+def open_index_readonly(path: Path | str) -> sqlite3.Connection:
+    """Open an existing index for reading only; never creates or changes a file.
+
+    Raises:
+      IndexMissingError: No file at ``path``.
+      NotAnIndexError: ``path`` is a directory, or a database without Rifflux's schema.
+      SchemaVersionError: An index of another schema version.
+      IndexDamagedError: SQLite finds the file malformed or not a database.
+    """
+    db_path = Path(path)
+    try:
+        mode = db_path.stat().st_mode
+    except FileNotFoundError:
+        raise missing_index(db_path) from None
+    if stat.S_ISDIR(mode):
+        raise NotAnIndexError(
+            f"{db_path} is a directory, not an index database (e.g. {db_path / 'index.db'})"
+        )
+    if not stat.S_ISREG(mode):
+        # A FIFO would block the open forever; a device is no index either.
+        raise NotAnIndexError(f"{db_path} is not a regular file, so not an index database")
+    try:
+        conn = connect(db_path, readonly=True)
+    except sqlite3.DatabaseError as exc:
+        raise _read_failure(db_path, exc) from exc
+    try:
+        version = _stored_version(conn)
+        if version is None:
+            raise NotAnIndexError(
+                f"{db_path} is not a Rifflux index; create one with `rifflux index DIR`"
+            )
+        _check_version(db_path, version)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _read_failure(db_path, exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _read_failure(db_path: Path, exc: sqlite3.DatabaseError) -> Exception:
+    if is_damage_error(exc):
+        return damaged_index(db_path, exc)
+    return NotAnIndexError(f"cannot read {db_path} as a Rifflux index: {exc}")
 
 
 def _split_sql(script: str) -> list[str]:

@@ -33,6 +33,11 @@ Staleness policy:
 
 Row ids are compared with the database's once per loaded manifest, when its generation
 is the database's (:func:`rows_mismatch`: one read of the rowids, ~17 ms per 24k rows).
+
+A search never writes the database: its rebuilds and refreshes open it read-only, so
+a database without a cache uid (which only writers create) is served from memory, and
+a cache built with ``may_publish=False`` (a ``db_path`` search of another index) never
+writes anything at all, not even files beside that database.
 """
 
 from __future__ import annotations
@@ -221,7 +226,8 @@ def memory_view(conn: sqlite3.Connection, model: str) -> CacheView:
 class VectorCache:
     """Holds the current view for one index and keeps it current; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, may_publish: bool = True) -> None:
+        self.may_publish = may_publish
         self._view: CacheView | None = None
         # (manifest stat key, reason) of the last manifest found corrupt.
         self._corrupt: tuple[tuple[int, int, int], str] | None = None
@@ -309,9 +315,11 @@ class VectorCache:
         failed_at = self._rebuild_failed_at
         if failed_at is not None and time.monotonic() - failed_at < REBUILD_RETRY_SECONDS:
             return None
+        if not self.may_publish or _index_state(conn)[1] is None:
+            return None  # Publishing would write: serve from memory instead.
         try:
-            publish(db_path, source="search-rebuild")
-        except OSError as exc:
+            publish(db_path, source="search-rebuild", readonly_db=True)
+        except (OSError, sqlite3.Error) as exc:
             log.warning("vectors.rebuild_failed", db_path=str(db_path), error=str(exc))
             self._rebuild_failed_at = time.monotonic()
             return None
@@ -330,6 +338,8 @@ class VectorCache:
     def _refresh_later(self, db_path: Path) -> None:
         """Publish a delta in a background thread, at most once per interval."""
         now = time.monotonic()
+        if not self.may_publish:
+            return
         with self._lock:
             if self._refreshing or now - self._last_refresh < self._refresh_interval:
                 return
@@ -338,7 +348,7 @@ class VectorCache:
 
         def run() -> None:
             try:
-                publish(db_path, source="search-refresh", blocking=False)
+                publish(db_path, source="search-refresh", blocking=False, readonly_db=True)
             except Exception as exc:
                 log.warning("vectors.refresh_failed", db_path=str(db_path), error=str(exc))
             finally:

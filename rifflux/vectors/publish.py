@@ -50,7 +50,13 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from rifflux.store.connection import open_index, retry_on_busy, write_transaction
+from rifflux.store.connection import (
+    INDEX_UID_KEY,
+    open_index,
+    open_index_readonly,
+    retry_on_busy,
+    write_transaction,
+)
 from rifflux.store.writer import current_generation, get_metadata, set_metadata
 from rifflux.vectors.segments import (
     LOCK_NAME,
@@ -83,8 +89,6 @@ COMPACT_FRACTION = 0.2
 MAX_SEGMENTS = 8
 # Temporary files of a publisher that died are removed after this many seconds.
 TMP_MAX_AGE_SECONDS = 3600.0
-# index_metadata key of the random id that ties a cache to one database file.
-INDEX_UID_KEY = "vectors_index_uid"
 # Chunk rowids per ``IN (...)`` query when reading vectors.
 READ_CHUNK = 500
 
@@ -238,18 +242,22 @@ def publish(
     source: str,
     blocking: bool = True,
     full: bool = False,
+    readonly_db: bool = False,
 ) -> PublishResult | None:
     """Bring the cache up to the database's current generation.
 
-    ``full`` rewrites every row from the database whatever the cache holds. Returns None
-    only when ``blocking`` is False and another publisher holds the lock.
+    ``full`` rewrites every row from the database whatever the cache holds.
+    ``readonly_db`` (searches): the database is opened read-only, so a database that has
+    no cache uid yet fails with ``attempt to write a readonly database`` instead of
+    being written. Returns None only when ``blocking`` is False and another publisher
+    holds the lock.
     """
     directory = vectors_dir(db_path)
     directory.mkdir(parents=True, exist_ok=True)
     with publish_lock(directory, blocking=blocking) as locked:
         if not locked:
             return None
-        conn = open_index(db_path)
+        conn = open_index_readonly(db_path) if readonly_db else open_index(db_path)
         try:
             return _publish_locked(conn, directory, source, full)
         finally:

@@ -6,6 +6,7 @@ import pytest
 from rifflux.config import DEFAULT_EXCLUDE_GLOBS, DEFAULT_INCLUDE_GLOBS
 from rifflux.errors import RootNotFoundError
 from rifflux.index.scan import is_under, matches_any, scan_roots, to_rel_path
+from rifflux.store.own_files import IndexFiles
 
 
 def scan(root: Path, base: Path, **kwargs):
@@ -14,7 +15,7 @@ def scan(root: Path, base: Path, **kwargs):
         base_dir=base,
         include_globs=kwargs.get("include", DEFAULT_INCLUDE_GLOBS),
         exclude_globs=kwargs.get("exclude", DEFAULT_EXCLUDE_GLOBS),
-        exclude_dirs=kwargs.get("exclude_dirs", ()),
+        index_files=kwargs.get("index_files"),
     )
 
 
@@ -59,10 +60,14 @@ def test_custom_globs(tmp_path: Path) -> None:
     assert matches_any("a/b/c.md", ["a/*/*.md"]) and matches_any("x/y.md", ["**/y.md"])
 
 
-def test_index_directory_itself_is_excluded(tmp_path: Path) -> None:
+def test_only_the_index_own_files_are_excluded_wherever_it_lives(tmp_path: Path) -> None:
     write(tmp_path / "a.md")
-    write(tmp_path / "myindex/log.md")
-    result = scan(tmp_path, tmp_path, exclude=(), exclude_dirs=[tmp_path / "myindex"])
+    write(tmp_path / "index.md.vectors/manifest.md")
+    write(tmp_path / "workers.log")
+    for name in ("index.md", "index.md-wal", "queue.db"):
+        write(tmp_path / name)
+    own = IndexFiles.for_db(tmp_path / "index.md")
+    result = scan(tmp_path, tmp_path, include=("*",), exclude=(), index_files=own)
     assert [f.rel_path for f in result.files] == ["a.md"]
 
 

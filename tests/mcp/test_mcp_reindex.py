@@ -86,6 +86,7 @@ async def test_reindex_waits_for_the_job_and_reports_its_counts(
         "indexed_files",
         "skipped_files",
         "deleted_files",
+        "skipped",
         "indexed_paths",
         "embedding_model",
         "embedding_backend",

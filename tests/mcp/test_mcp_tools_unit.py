@@ -110,7 +110,7 @@ def test_db_path_of_the_servers_own_index_is_the_main_service(tool_context: Tool
 
 
 def test_missing_db_path_is_not_found_and_not_created(tool_context: ToolContext) -> None:
-    with pytest.raises(NotFoundError, match="index database not found"):
+    with pytest.raises(NotFoundError, match=r"no index at .*nowhere"):
         tools.search_rifflux(tool_context, "basil", db_path="nowhere/index.db")
     assert not (tool_context.cwd / "nowhere").exists()
 
@@ -172,7 +172,14 @@ class FakeQueue:
     def ensure_workers(self) -> None:
         self.workers_ensured += 1
 
-    def submit(self, roots: list[Path], *, force: bool, prune_missing: bool) -> str:
+    def submit(
+        self,
+        roots: list[Path],
+        *,
+        force: bool,
+        prune_missing: bool,
+        allowed_roots: list[Path] | None = None,
+    ) -> str:
         self.submitted.append((list(roots), force, prune_missing))
         return "job-1"
 
@@ -214,6 +221,7 @@ def test_reindex_waits_and_maps_the_job_counters(tool_context: ToolContext) -> N
         "indexed_files": 2,
         "skipped_files": 5,
         "deleted_files": 1,
+        "skipped": [],
         "indexed_paths": [str(tool_context.cwd / "docs")],
         "embedding_model": "hash:384",
         "embedding_backend": "hash",
@@ -294,10 +302,10 @@ def test_rifflux_and_value_errors_keep_their_message() -> None:
 
 
 def test_unexpected_errors_are_internal_errors_logged_with_traceback() -> None:
-    cause = sqlite3.DatabaseError("file is not a database")
+    cause = sqlite3.InterfaceError("bad parameter")
     with capture_logs() as logs:
         message = tool_error_message("t", raised_as(UnexpectedToolError, cause))
-    assert message == "internal error: DatabaseError: file is not a database"
+    assert message == "internal error: InterfaceError: bad parameter"
     assert logs[0]["event"] == "mcp.tool_crashed"
     assert logs[0]["log_level"] == "error"
     assert logs[0]["exc_info"] is cause

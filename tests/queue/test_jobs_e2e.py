@@ -18,7 +18,7 @@ from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.queue.sqlite_broker import SQLiteBroker
 from rifflux.search.service import SearchService
-from rifflux.store.connection import connect
+from rifflux.store.connection import connect, open_index
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +149,7 @@ def test_searches_keep_succeeding_while_a_job_runs(tmp_path: Path, start_workers
     corpus = copy_corpus(tmp_path / "docs", limit=80)
     settings = queue_settings(tmp_path)
     start_workers(settings, processes=2, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.2")
+    open_index(settings.db_path).close()  # Searches never create the index they read.
     service = SearchService(settings)
     outcomes: list[object] = []
     stop = threading.Event()

@@ -181,6 +181,7 @@ def test_index_status_shows_the_watcher_state(watched) -> None:
     from rifflux.mcp.tools import ToolContext, index_status
 
     settings, root, queue = watched
+    open_index(settings.db_path).close()  # index_status never creates the index it reads.
     watcher = FileWatcher(settings, [root], queue).start()
     ctx = ToolContext.from_settings(settings)
     try:
@@ -212,8 +213,10 @@ def test_auto_reindex_on_search_starts_one_job_per_interval(tmp_path: Path, star
         auto_reindex_on_search=True,
         auto_reindex_paths=(str(root),),
         auto_reindex_min_interval_seconds=3600,
+        allowed_roots=(str(tmp_path),),
     )
     start_workers(settings)
+    open_index(settings.db_path).close()  # A search never creates the index it reads.
     ctx = ToolContext.from_settings(settings)
     try:
         for _ in range(5):

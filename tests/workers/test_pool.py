@@ -304,3 +304,28 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_kill_9_of_rifflux_index_takes_its_local_pool_with_it(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=60)
+    settings = queue_settings(tmp_path)
+    env = worker_env(settings, RIFFLUX_WORKER_ACTORS=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.5")
+    index = subprocess.Popen(
+        [sys.executable, "-m", "rifflux.cli", "index", str(corpus), "--workers", "2"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: len(children_of(index.pid)) == 1, timeout=60)
+        [supervisor] = children_of(index.pid)
+        wait_until(lambda: len([p for p in children_of(supervisor) if alive(p)]) == 2)
+        workers = children_of(supervisor)
+        index.kill()
+        index.wait()
+        wait_until(lambda: not any(alive(pid) for pid in [supervisor, *workers]), timeout=60)
+    finally:
+        if _group_alive(index.pid):
+            os.killpg(index.pid, signal.SIGKILL)
