@@ -139,7 +139,8 @@ def run(setup: str, corpus: Path, kills: int) -> dict[str, object]:
             while True:
                 now = time.perf_counter()
                 current = workers()
-                if refilled is None and len(current) == 2 and victim not in current:
+                full = setup == "pool" and len(current) == 2 and victim not in current
+                if refilled is None and full:
                     refilled = now - killed_at
                 if moved_again(queue_db, held, victim):
                     recoveries.append(now - killed_at)

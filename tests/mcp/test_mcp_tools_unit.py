@@ -204,7 +204,10 @@ class FakeQueue:
         *,
         timeout: float | None = None,
         on_progress: Callable[[JobRecord], None] | None = None,
+        start_workers: bool = False,
     ) -> JobRecord:
+        # A waiting reindex may start workers if its job stalls.
+        assert start_workers
         running = self._record("running")
         if on_progress is not None:
             on_progress(running)
