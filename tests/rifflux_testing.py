@@ -26,6 +26,20 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     return Settings(**base)  # type: ignore[arg-type]
 
 
+def queue_settings(
+    tmp_path: Path, *, lease_seconds: float | None = None, **overrides: object
+) -> Settings:
+    """Settings for queue tests: small batches, so a job has many messages in flight,
+    and an SQLite broker in the index directory (``lease_seconds``: a short lease, so a
+    killed worker's message outside a pool comes back within seconds)."""
+    url = f"sqlite:///{tmp_path / 'index' / 'queue.db'}"
+    if lease_seconds is not None:
+        url += f"?lease_seconds={lease_seconds}"
+    values: dict[str, object] = {"batch_target_bytes": 20_000, "broker_url": url}
+    values.update(overrides)
+    return make_settings(tmp_path, **values)
+
+
 def copy_corpus(dest: Path, subdir: str = "agents", limit: int | None = None) -> Path:
     """A real markdown corpus: files of awesome-copilot/<subdir>, sorted, first ``limit``."""
     source = AWESOME_COPILOT / subdir
@@ -94,3 +108,13 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except (ProcessLookupError, OSError):
         return False
+
+
+def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tuple]:
+    """What a single in-process index of the same corpus stores: the independent
+    reference that queue and chaos tests compare their jobs' rows with."""
+    from rifflux.index.indexer import Indexer
+
+    reference = settings.with_overrides(db_path=tmp_path / "reference" / "index.db")
+    Indexer(reference).run([corpus])
+    return index_rows(reference.db_path)

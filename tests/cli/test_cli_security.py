@@ -17,25 +17,13 @@ from pathlib import Path
 
 import pytest
 from rifflux_testing import copy_corpus
+from test_cli import rifflux
 
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
 WRONG_RABBIT_PASSWORD = "amqp://guest:wrong@127.0.0.1:5672/"
-
-
-def rifflux(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
-    environ.update(RIFFLUX_EMBEDDING_BACKEND="hash", **env)
-    return subprocess.run(
-        [sys.executable, "-m", "rifflux.cli", *args],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *expected: str) -> str:

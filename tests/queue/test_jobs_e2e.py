@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from rifflux_testing import copy_corpus, index_rows, make_settings, wait_until
+from rifflux_testing import copy_corpus, index_rows, reference_rows, wait_until
+from rifflux_testing import queue_settings as shared_queue_settings
 
 from rifflux.config import Settings
-from rifflux.index.indexer import Indexer
 from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.queue.sqlite_broker import SQLiteBroker
@@ -25,22 +25,8 @@ pytestmark = pytest.mark.slow
 TEST_ACTORS = "rifflux_test_actors"
 
 
-def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tuple]:
-    """What a single in-process index of the same corpus stores."""
-    reference = settings.with_overrides(db_path=tmp_path / "reference" / "index.db")
-    Indexer(reference).run([corpus])
-    return index_rows(reference.db_path)
-
-
 def queue_settings(tmp_path: Path, **overrides: object) -> Settings:
-    # Small batches so a job has many messages in flight; short leases so a killed
-    # worker's message comes back within seconds.
-    values: dict[str, object] = {
-        "batch_target_bytes": 20_000,
-        "broker_url": f"sqlite:///{tmp_path / 'index' / 'queue.db'}?lease_seconds=3",
-    }
-    values.update(overrides)
-    return make_settings(tmp_path, **values)
+    return shared_queue_settings(tmp_path, lease_seconds=3, **overrides)
 
 
 def run_job(settings: Settings, corpus: Path, timeout: float = 120) -> JobRecord:

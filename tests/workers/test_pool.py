@@ -20,12 +20,13 @@ from rifflux_testing import (
     children_of,
     copy_corpus,
     index_rows,
+    queue_settings,
+    reference_rows,
     wait_until,
     worker_env,
 )
 
 from rifflux.config import Settings
-from rifflux.index.indexer import Indexer
 from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.store.connection import connect
@@ -36,17 +37,6 @@ from workers.pool import PoolSpec, WorkerPool, backoff_seconds
 pytestmark = pytest.mark.slow
 
 TEST_ACTORS = "rifflux_test_actors"
-
-
-def queue_settings(tmp_path: Path, **overrides: object) -> Settings:
-    from rifflux_testing import make_settings
-
-    values: dict[str, object] = {
-        "batch_target_bytes": 20_000,
-        "broker_url": f"sqlite:///{tmp_path / 'index' / 'queue.db'}",
-    }
-    values.update(overrides)
-    return make_settings(tmp_path, **values)
 
 
 class Pool:
@@ -92,12 +82,6 @@ def pools(tmp_path: Path) -> Iterator[list[Pool]]:
         pool.stop()
         if pool.process.poll() is None:
             os.killpg(pool.process.pid, signal.SIGKILL)
-
-
-def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tuple]:
-    reference = settings.with_overrides(db_path=tmp_path / "reference" / "index.db")
-    Indexer(reference).run([corpus])
-    return index_rows(reference.db_path)
 
 
 def job_of(queue: IndexQueue, job_id: str) -> JobRecord:
