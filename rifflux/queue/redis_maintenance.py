@@ -68,7 +68,9 @@ starved for 10 s, and then a batch is merely done twice (writes are idempotent).
 MAINTENANCE_INTERVAL_MS = 1_000
 """How often each worker process renews its heartbeat and runs maintenance per queue."""
 LOST_CHECK_SECONDS = 10.0
-"""A job with no progress for this long is checked for lost messages, at most this often."""
+"""A job with no progress for this long is checked for lost messages."""
+AUDIT_INTERVAL_SECONDS = 2.5
+"""How often an index-host worker looks for such jobs (one small query on the index)."""
 RECENT_JOBS_CHECKED = 50
 """Unfinished jobs are looked for among this many most recent ones."""
 CLAIM_PREFIX = "rifflux:resent:"
@@ -158,7 +160,7 @@ def jobs_with_messages(broker: DramatiqRedisBroker, job_ids: Iterable[str]) -> s
     for queue in names.ALL_QUEUES:
         for name in (queue, dq_name(queue)):
             key = f"{broker.namespace}:{name}.msgs"
-            for _message_id, data in broker.client.hscan_iter(key, count=100):
+            for _message_id, data in broker.client.hscan_iter(key, count=20):
                 job = job_of(data)
                 if job in wanted:
                     found.add(job)
@@ -198,7 +200,7 @@ class RedisMaintenance(Middleware):
 
     ``db_path`` is the index this worker serves; when the worker consumes the plan queue
     (an index host) and that index exists, it also audits the index's unfinished jobs
-    for lost messages every ``LOST_CHECK_SECONDS``.
+    for lost messages every ``AUDIT_INTERVAL_SECONDS``.
     """
 
     def __init__(self, db_path: Path) -> None:
@@ -225,7 +227,7 @@ class RedisMaintenance(Middleware):
     ) -> None:
         interval = (broker.maintenance_interval_ms or MAINTENANCE_INTERVAL_MS) / 1000
         failing = False
-        next_audit = time.monotonic() + LOST_CHECK_SECONDS
+        next_audit = time.monotonic() + AUDIT_INTERVAL_SECONDS
         while not stop.wait(interval):
             try:
                 broker.maintain(queues)
@@ -241,7 +243,7 @@ class RedisMaintenance(Middleware):
                 log.info("redis.maintenance_recovered", broker_id=broker.broker_id)
                 failing = False
             if audit and time.monotonic() >= next_audit:
-                next_audit = time.monotonic() + LOST_CHECK_SECONDS
+                next_audit = time.monotonic() + AUDIT_INTERVAL_SECONDS
                 try:
                     resend_lost_jobs(broker, self.db_path)
                 except Exception:
