@@ -110,3 +110,25 @@ def test_a_redis_restart_mid_job_loses_its_messages_and_the_job_is_resent(
     assert_same_as_clean_index(tmp_path, corpus, settings)
     log = (tmp_path / "workers-0.log").read_text()
     assert "redis.job_messages_lost_resent" in log
+
+
+def test_a_batch_slower_than_the_heartbeat_timeout_is_embedded_once(
+    tmp_path: Path, private_redis: PrivateRedis, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=3)
+    # Each embed takes 5 s, longer than the 3 s heartbeat timeout: the busy worker's
+    # heartbeat (renewed by its maintenance thread and its idle delay-queue consumer)
+    # must keep the other worker's maintenance from handing the batch out again.
+    url = private_redis.url(query="heartbeat_timeout_ms=3000&maintenance_interval_ms=500")
+    settings = redis_settings(tmp_path, url)
+    for _ in range(2):
+        start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="5")
+    queue = IndexQueue(settings)
+    try:
+        record = queue.wait(queue.submit([corpus]), timeout=120)
+    finally:
+        queue.close()
+    assert record.state == "completed", record.errors
+    logs = "".join(p.read_text() for p in tmp_path.glob("workers-*.log"))
+    assert logs.count('"job.batch_embedded"') == record.batches_total >= 2
+    assert_same_as_clean_index(tmp_path, corpus, settings)
