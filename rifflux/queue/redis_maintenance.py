@@ -199,7 +199,7 @@ class RedisMaintenance(Middleware):
     """Runs :meth:`RedisBroker.maintain` every interval in each worker process.
 
     ``db_path`` is the index this worker serves; when the worker consumes the plan queue
-    (an index host) and that index exists, it also audits the index's unfinished jobs
+    (an index host), it also audits, once that index exists, the index's unfinished jobs
     for lost messages every ``AUDIT_INTERVAL_SECONDS``.
     """
 
@@ -212,7 +212,7 @@ class RedisMaintenance(Middleware):
         if not isinstance(broker, RedisBroker) or broker.maintenance_interval_ms is None:
             return
         queues = sorted(worker.consumer_whitelist or broker.get_declared_queues())
-        audit = names.PLAN_QUEUE in queues and self.db_path.exists()
+        audit = names.PLAN_QUEUE in queues
         self._stop = stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run,
@@ -242,7 +242,8 @@ class RedisMaintenance(Middleware):
                 broker.renew_identity()
                 log.info("redis.maintenance_recovered", broker_id=broker.broker_id)
                 failing = False
-            if audit and time.monotonic() >= next_audit:
+            # An index created after this worker booted is audited from then on.
+            if audit and time.monotonic() >= next_audit and self.db_path.exists():
                 next_audit = time.monotonic() + AUDIT_INTERVAL_SECONDS
                 try:
                     resend_lost_jobs(broker, self.db_path)
