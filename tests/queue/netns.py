@@ -7,6 +7,7 @@ Addresses live only on the two ends of the pair this helper creates (a /30), and
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import uuid
@@ -32,11 +33,20 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
 
 
+def random_pair() -> tuple[str, str]:
+    """Host and namespace addresses of a random /30 in 10.213.0.0/16, so that runs side
+    by side do not route to each other's namespace."""
+    block = random.randrange(0, 1 << 14) * 4
+    prefix = f"10.213.{block >> 8}"
+    return f"{prefix}.{(block & 255) + 1}", f"{prefix}.{(block & 255) + 2}"
+
+
 class NetNamespace:
     """``host_addr`` on the host end, ``ns_addr`` inside the namespace, both in a /30."""
 
-    def __init__(self, host_addr: str = "10.213.0.1", ns_addr: str = "10.213.0.2") -> None:
+    def __init__(self) -> None:
         tag = uuid.uuid4().hex[:6]
+        host_addr, ns_addr = random_pair()
         self.name = f"rifflux-{tag}"
         self.host_if = f"rfx{tag}h"
         self.ns_if = f"rfx{tag}n"
