@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import dramatiq
 
@@ -110,6 +110,14 @@ def _sqlite_broker(url: str) -> SQLiteBroker:
     return SQLiteBroker(path, **options)
 
 
+def _redacted(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (errors end up in logs)."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
 def _redis_broker(url: str) -> dramatiq.Broker:
     from rifflux.queue.redis_maintenance import (
         HEARTBEAT_TIMEOUT_MS,
@@ -131,11 +139,12 @@ def _redis_broker(url: str) -> dramatiq.Broker:
         try:
             options[name] = parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"broker URL {url!r}: {name}={raw!r} is invalid: {exc}") from None
+            shown = _redacted(url)
+            raise ConfigError(f"broker URL {shown!r}: {name}={raw!r} is invalid: {exc}") from None
     timeout, interval = options["heartbeat_timeout_ms"], options["maintenance_interval_ms"]
     if interval is not None and timeout < MIN_INTERVALS_PER_TIMEOUT * interval:
         raise ConfigError(
-            f"broker URL {url!r}: heartbeat_timeout_ms={timeout} must be at least "
+            f"broker URL {_redacted(url)!r}: heartbeat_timeout_ms={timeout} must be at least "
             f"{MIN_INTERVALS_PER_TIMEOUT} x maintenance_interval_ms={interval}"
         )
     redis_url = f"{base}?{urlencode(passthrough)}" if passthrough else base

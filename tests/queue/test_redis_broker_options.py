@@ -61,3 +61,9 @@ def test_bad_redis_option_is_a_one_line_config_error(query: str, message: str) -
     with pytest.raises(ConfigError, match=message) as caught:
         make_broker(f"{BASE}?{query}")
     assert "\n" not in str(caught.value)
+
+
+def test_a_password_in_a_bad_redis_url_is_not_repeated_in_the_error() -> None:
+    with pytest.raises(ConfigError, match="heartbeat_timeout_ms='x'") as caught:
+        make_broker("redis://:hunter2@127.0.0.1:1/0?heartbeat_timeout_ms=x")
+    assert "hunter2" not in str(caught.value) and ":***@" in str(caught.value)
