@@ -9,6 +9,7 @@ from rifflux.config import Settings
 from rifflux.logs import configure_logging
 from rifflux.queue.brokers import make_broker
 from rifflux.queue.presence import PresenceMiddleware, presence_store_for
+from rifflux.queue.redis_maintenance import RedisBroker, RedisMaintenance
 
 settings = Settings.from_env()
 configure_logging(settings.log_level, style="json")
@@ -18,4 +19,6 @@ if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
     broker.add_middleware(CurrentMessage())
 if not any(isinstance(m, PresenceMiddleware) for m in broker.middleware):
     broker.add_middleware(PresenceMiddleware(presence_store_for(broker, settings)))
+if isinstance(broker, RedisBroker):
+    broker.add_middleware(RedisMaintenance(settings.db_path))
 dramatiq.set_broker(broker)

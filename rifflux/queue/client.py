@@ -20,7 +20,6 @@ from typing import IO, Any
 
 import dramatiq
 import structlog
-from dramatiq import Message
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, RootNotFoundError
@@ -191,15 +190,7 @@ class IndexQueue:
 
     def _enqueue_plan(self, job_id: str) -> None:
         with self._lock:
-            self.broker.enqueue(
-                Message(
-                    queue_name=names.PLAN_QUEUE,
-                    actor_name=names.PLAN_ACTOR,
-                    args=(str(self.db_path), job_id),
-                    kwargs={},
-                    options={"on_retry_exhausted": names.PLAN_FAILED_ACTOR},
-                )
-            )
+            self.broker.enqueue(names.plan_message(str(self.db_path), job_id))
 
     def job(self, job_id: str) -> jobs.JobRecord | None:
         conn = open_index(self.db_path)

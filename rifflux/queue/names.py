@@ -1,8 +1,11 @@
-"""Queue and actor names shared by the front process (which enqueues by name) and workers.
+"""Queue and actor names shared by the front process (which enqueues by name) and workers,
+and the plan message that starts a job.
 
 plan and write run where the index database lives; embed runs on any host. An
 embed-only host starts its workers with ``--queues rifflux_embed``.
 """
+
+from dramatiq import Message
 
 PLAN_QUEUE = "rifflux_plan"
 EMBED_QUEUE = "rifflux_embed"
@@ -16,3 +19,15 @@ WRITE_ACTOR = "write_batch"
 FAILED_ACTOR = "batch_failed"
 PLAN_FAILED_ACTOR = "plan_failed"
 FINALIZE_ACTOR = "finalize_job"
+
+
+def plan_message(db_path: str, job_id: str) -> Message:
+    """The message that starts a job at its plan step (or restarts one that lost its
+    messages: the persisted plan re-sends only pending batches)."""
+    return Message(
+        queue_name=PLAN_QUEUE,
+        actor_name=PLAN_ACTOR,
+        args=(db_path, job_id),
+        kwargs={},
+        options={"on_retry_exhausted": PLAN_FAILED_ACTOR},
+    )
