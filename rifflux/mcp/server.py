@@ -80,6 +80,12 @@ _REINDEX = ToolAnnotations(
 )
 
 
+def search_annotations(ctx: ToolContext) -> ToolAnnotations:
+    """``search_rifflux`` is read-only unless RIFFLUX_AUTO_REINDEX_ON_SEARCH makes a search
+    submit reindex jobs: then it says so, with reindex's hints (docs/mcp.md)."""
+    return _READ_ONLY if ctx.auto_reindex is None else _REINDEX
+
+
 async def _in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Run a blocking tool function in a worker thread so the server keeps serving.
 
@@ -124,7 +130,7 @@ async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
 
 
 def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
-    @server.tool(annotations=_READ_ONLY)
+    @server.tool(annotations=search_annotations(ctx))
     async def search_rifflux(
         query: Annotated[
             str,

@@ -38,7 +38,6 @@ from rifflux.index.scan import glob_mismatch
 from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
 from rifflux.search.service import SearchService, validate_mode, validate_top_k
-from rifflux.vectors.cache import VectorCache
 from rifflux.watch.auto import AutoReindexer
 from rifflux.watch.watcher import read_watcher_state
 
@@ -106,8 +105,8 @@ class ToolContext:
     def service_for(self, db_path: str | None) -> SearchService:
         """The server's own SearchService, or a cached one for another index database.
 
-        Another index is opened read-only and its vector cache is never published: a
-        ``db_path`` search writes nothing, there or beside it.
+        Another index is opened read-only and, as every search, never publishes its vector
+        cache: a ``db_path`` search writes nothing, there or beside it.
         """
         if db_path is None or not db_path.strip():
             return self.search
@@ -122,10 +121,7 @@ class ToolContext:
             service = self._other_services.get(path)
             if service is not None:
                 return service
-            service = SearchService(
-                self.settings.with_overrides(db_path=path),
-                vector_cache=VectorCache(may_publish=False),
-            )
+            service = SearchService(self.settings.with_overrides(db_path=path))
             try:
                 service.connection()  # A missing, foreign or damaged file fails here.
             except BaseException:
