@@ -27,7 +27,8 @@ from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
 from rifflux.mcp.cli import add_serve_parser
 from rifflux.progress import ProgressLine
-from rifflux.search.service import MODES, SearchService
+from rifflux.search.request import REQUIRED, SearchRequest, request_fields
+from rifflux.search.service import SearchService
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -76,9 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(handler=cmd_worker)
 
     search = sub.add_parser("search", help="search the index")
-    search.add_argument("query")
-    search.add_argument("--mode", default="hybrid", choices=MODES)
-    search.add_argument("--top-k", type=int, default=10)
+    add_request_arguments(search)
     _common_db(search)
     search.add_argument("--json", action="store_true", help="print the MCP tool's JSON object")
     search.set_defaults(handler=cmd_search)
@@ -118,6 +117,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_eval_parser(sub)
     return parser
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """One argument per SearchRequest field: a required field is positional, the others
+    are ``--flags`` (``top_k`` → ``--top-k``). Values are checked by SearchRequest."""
+    for name, default, spec in request_fields():
+        if default is REQUIRED:
+            parser.add_argument(name, type=spec.from_text, help=spec.description)
+        else:
+            parser.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=name,
+                type=spec.from_text,
+                default=default,
+                metavar=spec.metavar,
+                help=f"{spec.description} (default: {default})",
+            )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -301,7 +317,7 @@ def format_results(response: dict[str, Any]) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        response = service.search_response(args.query, top_k=args.top_k, mode=args.mode)
+        response = service.search_response(SearchRequest.from_arguments(vars(args)))
     finally:
         service.close()
     if args.json:

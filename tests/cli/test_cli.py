@@ -64,7 +64,7 @@ def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) ->
         (("index", "missing-dir", "--no-wait"), "does not exist: missing-dir"),
         (("get-chunk", "nope"), "no index at"),
         (("get-file", "../etc/passwd"), "no index at"),
-        (("search", "x", "--top-k", "0"), "top_k must be an integer >= 1"),
+        (("search", "x", "--top-k", "0"), "top_k must be an integer between 1 and 100 (got 0)"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(tmp_path: Path, args: tuple, message: str) -> None:
@@ -101,3 +101,15 @@ def test_cancel_a_queued_job_and_refuse_an_unknown_one(tmp_path: Path) -> None:
     assert status["recent_jobs"][0]["state"] == "cancelled"
     again = rifflux(tmp_path, "cancel", job_id)
     assert again.returncode != 0 and "no queued or running job" in again.stderr
+
+
+def test_search_flags_are_the_request_fields_with_their_defaults() -> None:
+    from rifflux.cli import build_parser
+    from rifflux.search.request import REQUIRED, SearchRequest, request_fields
+
+    args = build_parser().parse_args(["search", "basil", "--top-k", "3", "--mode", "lexical"])
+    assert SearchRequest.from_arguments(vars(args)) == SearchRequest("basil", 3, "lexical")
+    defaults = build_parser().parse_args(["search", "basil"])
+    for name, default, _spec in request_fields():
+        if default is not REQUIRED:
+            assert getattr(defaults, name) == default
