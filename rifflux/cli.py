@@ -29,6 +29,7 @@ from rifflux.mcp.cli import add_serve_parser
 from rifflux.progress import ProgressLine
 from rifflux.search.request import REQUIRED, SearchRequest, request_fields
 from rifflux.search.service import SearchService
+from rifflux.status import index_status
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -356,7 +357,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     service = SearchService(settings)
     queue = IndexQueue(settings)
     try:
-        status = {**service.counts(), **queue.status()}
+        status = index_status(service, queue.status())
     finally:
         service.close()
         queue.close()
@@ -385,7 +386,7 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
         if settings.db_path.is_file():
             queue = IndexQueue(settings)
             with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):
-                status = {**service.counts(), **queue.status()}  # The check says why not.
+                status = index_status(service, queue.status())  # The check says why not.
     finally:
         service.close()
         if queue is not None:
@@ -412,11 +413,14 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_status(status: dict[str, Any]) -> None:
+    """``rifflux.status.index_status``'s object as text, one key a line."""
     for key in ("db_path", "files", "chunks", "embeddings", "generation", "embedding_model"):
         print(f"{key:>16}: {status[key]}")
+    print(f"{'backend':>16}: {status['embedding_backend']}")
+    print(f"{'vector cache':>16}: {_cache_line(status['vector_cache'])}")
     print(f"{'broker':>16}: {status['broker']}")
-    print(f"{'live workers':>16}: {len(status['live_workers'])}")
-    for worker in status["live_workers"]:
+    print(f"{'live workers':>16}: {status['live_workers']['count']}")
+    for worker in status["live_workers"]["workers"]:
         print(f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])}")
     if status["queue_depths"] is not None:
         print(f"{'queue depths':>16}: {status['queue_depths']}")
@@ -429,6 +433,24 @@ def _print_status(status: dict[str, Any]) -> None:
         )
         if job["stalled"]:
             print(f"{'':>20}stalled: {job['stalled_reason']}")
+    watcher = status["watcher"]
+    print(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
+
+
+def _cache_line(cache: dict[str, Any]) -> str:
+    line = cache["state"]
+    if cache.get("generation") is not None:
+        line += f", generation {cache['generation']}"
+    if cache.get("in_memory"):
+        line += f", {cache['rows']} rows served from memory until a writer publishes"
+    elif cache.get("generation") is not None:
+        line += (
+            f", {cache['rows']} rows in {cache['segments']} segment(s), "
+            f"{cache['tombstones']} tombstones"
+        )
+    if "reason" in cache:
+        line += f" ({cache['reason']})"
+    return line
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

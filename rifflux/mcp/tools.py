@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from rifflux import status
 from rifflux.config import Settings
 from rifflux.errors import (
     IndexMissingError,
@@ -39,7 +40,6 @@ from rifflux.queue.jobs import JobRecord
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.watch.auto import AutoReindexer
-from rifflux.watch.watcher import read_watcher_state
 
 log = structlog.get_logger(__name__)
 
@@ -282,17 +282,8 @@ def reindex(
 
 
 def index_status(ctx: ToolContext) -> dict[str, Any]:
-    """Index counts, workers, queue depths, recent jobs and the file watcher's state."""
-    status = dict(ctx.search.counts())
-    queue = ctx.queue_status()
-    workers = queue["live_workers"]
-    status.update(
-        live_workers={"count": len(workers), "workers": workers},
-        queue_depths=queue["queue_depths"],
-        recent_jobs=queue["recent_jobs"],
-        watcher=read_watcher_state(ctx.search.connection()),
-    )
-    return status
+    """:func:`rifflux.status.index_status`, the object ``rifflux status --json`` prints."""
+    return status.index_status(ctx.search, ctx.queue_status())
 
 
 def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:

@@ -46,7 +46,7 @@ def test_index_starts_a_local_pool_waits_and_leaves_nothing_running(tmp_path: Pa
 
     status = json.loads(rifflux(tmp_path, "status", "--json").stdout)
     assert status["files"] == 25 and status["recent_jobs"][0]["state"] == "completed"
-    assert status["live_workers"] == []
+    assert status["live_workers"] == {"count": 0, "workers": []}
 
 
 def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) -> None:
@@ -113,3 +113,31 @@ def test_search_flags_are_the_request_fields_with_their_defaults() -> None:
     for name, default, _spec in request_fields():
         if default is not REQUIRED:
             assert getattr(defaults, name) == default
+
+
+def test_status_json_is_the_core_status_object_and_the_text_renders_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rifflux.config import Settings
+    from rifflux.queue.client import IndexQueue
+    from rifflux.search.service import SearchService
+    from rifflux.status import index_status
+
+    copy_corpus(tmp_path / "docs", limit=2)
+    assert rifflux(tmp_path, "index", "docs", "--in-process").returncode == 0
+    monkeypatch.chdir(tmp_path)  # The CLI's default (relative) database path, here too.
+    settings = Settings.from_env({"RIFFLUX_EMBEDDING_BACKEND": "hash"})
+    service, queue = SearchService(settings), IndexQueue(settings)
+    try:
+        expected = index_status(service, queue.status())
+    finally:
+        service.close()
+        queue.close()
+
+    shown = json.loads(rifflux(tmp_path, "status", "--json").stdout)
+    text = rifflux(tmp_path, "status").stdout
+
+    assert shown == json.loads(json.dumps(expected))
+    assert f"files: {expected['files']}" in text
+    assert f"vector cache: fresh, generation {expected['generation']}" in text
+    assert "live workers: 0" in text and "watcher: not running" in text
