@@ -357,7 +357,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     service = SearchService(settings)
     queue = IndexQueue(settings)
     try:
-        status = index_status(service, queue.status())
+        status = index_status(service, queue.status)
     finally:
         service.close()
         queue.close()
@@ -386,7 +386,7 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
         if settings.db_path.is_file():
             queue = IndexQueue(settings)
             with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):
-                status = index_status(service, queue.status())  # The check says why not.
+                status = index_status(service, queue.status)  # The check says why not.
     finally:
         service.close()
         if queue is not None:

@@ -20,22 +20,31 @@ and jobs, the watcher's persisted state) and below ``mcp`` and ``cli``, its two 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rifflux.search.service import SearchService
 from rifflux.watch.watcher import read_watcher_state
 
 
-def index_status(search: SearchService, queue_status: Mapping[str, Any]) -> dict[str, Any]:
-    """The index's counts and vector cache, ``queue_status`` (``IndexQueue.status()``:
-    broker, live workers, depths, recent jobs) and the file watcher's last state."""
-    workers = list(queue_status["live_workers"])
+def index_status(
+    search: SearchService, queue_status: Callable[[], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The index's counts and vector cache, the queue's status (``IndexQueue.status``:
+    broker, live workers, depths, recent jobs) and the file watcher's last state.
+
+    The index is read first: a missing or foreign index is reported as such before
+    ``queue_status`` is called (it opens the index for the job records).
+    """
+    counts = search.counts()
+    watcher = read_watcher_state(search.connection())
+    queue = queue_status()
+    workers = list(queue["live_workers"])
     return {
-        **search.counts(),
-        "broker": queue_status["broker"],
+        **counts,
+        "broker": queue["broker"],
         "live_workers": {"count": len(workers), "workers": workers},
-        "queue_depths": queue_status["queue_depths"],
-        "recent_jobs": queue_status["recent_jobs"],
-        "watcher": read_watcher_state(search.connection()),
+        "queue_depths": queue["queue_depths"],
+        "recent_jobs": queue["recent_jobs"],
+        "watcher": watcher,
     }

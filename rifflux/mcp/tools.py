@@ -283,7 +283,7 @@ def reindex(
 
 def index_status(ctx: ToolContext) -> dict[str, Any]:
     """:func:`rifflux.status.index_status`, the object ``rifflux status --json`` prints."""
-    return status.index_status(ctx.search, ctx.queue_status())
+    return status.index_status(ctx.search, ctx.queue_status)
 
 
 def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:

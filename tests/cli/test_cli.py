@@ -129,7 +129,7 @@ def test_status_json_is_the_core_status_object_and_the_text_renders_it(
     settings = Settings.from_env({"RIFFLUX_EMBEDDING_BACKEND": "hash"})
     service, queue = SearchService(settings), IndexQueue(settings)
     try:
-        expected = index_status(service, queue.status())
+        expected = index_status(service, queue.status)
     finally:
         service.close()
         queue.close()
