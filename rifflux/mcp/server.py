@@ -2,11 +2,11 @@
 
 Every failure reaches the client as a tool error (``is_error``) with one line of text,
 and the server keeps serving: arguments that do not fit the input schema name the
-field; a :class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message; a
-damaged database, an unreachable broker and an OS error read as the CLI's one-line
-messages;
-anything else is ``internal error: <type>: <message>`` and its traceback goes to the
-log (stderr; a stdio server's stdout carries protocol messages only).
+field; search values are checked by :class:`~rifflux.search.request.SearchRequest`,
+whose messages are the CLI's; a :class:`~rifflux.errors.RiffluxError` or ``ValueError``
+keeps its message; a damaged database, an unreachable broker and an OS error read as the
+CLI's one-line messages; anything else is ``internal error: <type>: <message>`` and its
+traceback goes to the log (stderr; a stdio server's stdout carries protocol messages only).
 
 Allowed roots (docs/security.md): ``reindex``, ``get_file`` and ``get_chunk`` ask the
 client for its roots (the protocol's roots capability, when the client declares it)

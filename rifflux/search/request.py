@@ -70,14 +70,17 @@ def check_mode(value: object) -> Mode:
     return cast(Mode, value)
 
 
-def integer_text(value: object) -> object:
-    """A string holding an integer (CLI text, a client that quotes numbers) as that int;
+def as_integer(value: object) -> object:
+    """A value that means an integer, as that int: CLI text (``"10"``), a client that
+    quotes numbers or sends ``10.0`` (what JSON schema validation reads as an integer);
     anything else unchanged, for the check to accept or reject with its message."""
     if isinstance(value, str):
         try:
             return int(value.strip())
         except ValueError:
             return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
@@ -121,7 +124,7 @@ class SearchRequest:
             description="How many results to return.",
             json_schema={"type": "integer", "minimum": 1, "maximum": MAX_TOP_K},
             check=check_top_k,
-            from_text=integer_text,
+            from_text=as_integer,
             metavar="N",
         ),
     )

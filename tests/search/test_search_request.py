@@ -16,7 +16,7 @@ from rifflux.search.request import (
     MODES,
     REQUIRED,
     SearchRequest,
-    integer_text,
+    as_integer,
     request_fields,
 )
 from rifflux.search.service import SearchService
@@ -67,11 +67,13 @@ def test_from_arguments_takes_the_fields_and_ignores_other_keys() -> None:
     assert request == SearchRequest("q", top_k=3, mode="lexical")
 
 
-def test_integer_text_reads_integers_and_leaves_the_rest_to_the_check() -> None:
-    assert integer_text("10") == 10
-    assert integer_text(" 7 ") == 7
-    assert integer_text("ten") == "ten"
-    assert integer_text(2.5) == 2.5
+def test_as_integer_reads_what_means_an_integer_and_leaves_the_rest_to_the_check() -> None:
+    assert as_integer("10") == 10
+    assert as_integer(" 7 ") == 7
+    assert as_integer(10.0) == 10 and isinstance(as_integer(10.0), int)
+    assert as_integer("ten") == "ten"
+    assert as_integer(2.5) == 2.5
+    assert as_integer(True) is True
 
 
 def test_every_field_has_a_spec_whose_schema_accepts_its_default() -> None:
