@@ -27,7 +27,9 @@ from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
 from rifflux.mcp.cli import add_serve_parser
 from rifflux.progress import ProgressLine
-from rifflux.search.service import MODES, SearchService
+from rifflux.search.request import REQUIRED, SearchRequest, request_fields
+from rifflux.search.service import SearchService
+from rifflux.status import index_status
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -76,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(handler=cmd_worker)
 
     search = sub.add_parser("search", help="search the index")
-    search.add_argument("query")
-    search.add_argument("--mode", default="hybrid", choices=MODES)
-    search.add_argument("--top-k", type=int, default=10)
+    add_request_arguments(search)
     _common_db(search)
     search.add_argument("--json", action="store_true", help="print the MCP tool's JSON object")
     search.set_defaults(handler=cmd_search)
@@ -118,6 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_eval_parser(sub)
     return parser
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """One argument per SearchRequest field: a required field is positional, the others
+    are ``--flags`` (``top_k`` → ``--top-k``). Values are checked by SearchRequest."""
+    for name, default, spec in request_fields():
+        if default is REQUIRED:
+            parser.add_argument(name, type=spec.from_text, help=spec.description)
+        else:
+            parser.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=name,
+                type=spec.from_text,
+                default=default,
+                metavar=spec.metavar,
+                help=f"{spec.description} (default: {default})",
+            )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -301,7 +318,7 @@ def format_results(response: dict[str, Any]) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        response = service.search_response(args.query, top_k=args.top_k, mode=args.mode)
+        response = service.search_response(SearchRequest.from_arguments(vars(args)))
     finally:
         service.close()
     if args.json:
@@ -340,7 +357,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     service = SearchService(settings)
     queue = IndexQueue(settings)
     try:
-        status = {**service.counts(), **queue.status()}
+        status = index_status(service, queue.status)
     finally:
         service.close()
         queue.close()
@@ -369,7 +386,7 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
         if settings.db_path.is_file():
             queue = IndexQueue(settings)
             with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):
-                status = {**service.counts(), **queue.status()}  # The check says why not.
+                status = index_status(service, queue.status)  # The check says why not.
     finally:
         service.close()
         if queue is not None:
@@ -396,11 +413,14 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_status(status: dict[str, Any]) -> None:
+    """``rifflux.status.index_status``'s object as text, one key a line."""
     for key in ("db_path", "files", "chunks", "embeddings", "generation", "embedding_model"):
         print(f"{key:>16}: {status[key]}")
+    print(f"{'backend':>16}: {status['embedding_backend']}")
+    print(f"{'vector cache':>16}: {_cache_line(status['vector_cache'])}")
     print(f"{'broker':>16}: {status['broker']}")
-    print(f"{'live workers':>16}: {len(status['live_workers'])}")
-    for worker in status["live_workers"]:
+    print(f"{'live workers':>16}: {status['live_workers']['count']}")
+    for worker in status["live_workers"]["workers"]:
         print(f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])}")
     if status["queue_depths"] is not None:
         print(f"{'queue depths':>16}: {status['queue_depths']}")
@@ -413,6 +433,24 @@ def _print_status(status: dict[str, Any]) -> None:
         )
         if job["stalled"]:
             print(f"{'':>20}stalled: {job['stalled_reason']}")
+    watcher = status["watcher"]
+    print(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
+
+
+def _cache_line(cache: dict[str, Any]) -> str:
+    line = cache["state"]
+    if cache.get("generation") is not None:
+        line += f", generation {cache['generation']}"
+    if cache.get("in_memory"):
+        line += f", {cache['rows']} rows served from memory until a writer publishes"
+    elif cache.get("generation") is not None:
+        line += (
+            f", {cache['rows']} rows in {cache['segments']} segment(s), "
+            f"{cache['tombstones']} tombstones"
+        )
+    if "reason" in cache:
+        line += f" ({cache['reason']})"
+    return line
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

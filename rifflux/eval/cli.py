@@ -12,7 +12,7 @@ from rifflux.config import Settings
 from rifflux.errors import InvalidQueryError
 from rifflux.eval import beir
 from rifflux.eval.runner import CUTOFF, EvalReport, run_eval
-from rifflux.search.service import MODES
+from rifflux.search.request import MODES, check_mode
 
 DEFAULT_TOP_K = 100
 
@@ -20,8 +20,7 @@ DEFAULT_TOP_K = 100
 def parse_modes(raw: str) -> list[str]:
     modes = [m.strip() for m in raw.split(",") if m.strip()]
     for mode in modes:
-        if mode not in MODES:
-            raise InvalidQueryError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+        check_mode(mode)
     if not modes:
         raise InvalidQueryError(f"--modes needs at least one of {', '.join(MODES)}")
     return list(dict.fromkeys(modes))

@@ -21,7 +21,8 @@ from rifflux.eval import beir
 from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
 from rifflux.index.indexer import Indexer, IndexReport
 from rifflux.progress import ProgressLine
-from rifflux.search.service import SearchService, validate_mode, validate_top_k
+from rifflux.search.request import check_mode, check_top_k
+from rifflux.search.service import SearchService
 
 # nDCG and MRR are cut at 10 (BEIR's headline numbers); recall at the run's top_k.
 CUTOFF = 10
@@ -208,8 +209,8 @@ def run_eval(
     progress_stream: TextIO | None = None,
 ) -> EvalReport:
     """Index ``dataset_dir`` (or reuse its cached index) and score every mode."""
-    modes = [validate_mode(mode) for mode in modes]
-    top_k = validate_top_k(top_k)
+    modes = [check_mode(mode) for mode in modes]
+    top_k = check_top_k(top_k, maximum=None)
     qrels = beir.load_qrels(qrels_path)
     queries = judged_queries(beir.load_queries(dataset_dir), qrels)
     index = prepare_index(

@@ -2,11 +2,11 @@
 
 Every failure reaches the client as a tool error (``is_error``) with one line of text,
 and the server keeps serving: arguments that do not fit the input schema name the
-field; a :class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message; a
-damaged database, an unreachable broker and an OS error read as the CLI's one-line
-messages;
-anything else is ``internal error: <type>: <message>`` and its traceback goes to the
-log (stderr; a stdio server's stdout carries protocol messages only).
+field; search values are checked by :class:`~rifflux.search.request.SearchRequest`,
+whose messages are the CLI's; a :class:`~rifflux.errors.RiffluxError` or ``ValueError``
+keeps its message; a damaged database, an unreachable broker and an OS error read as the
+CLI's one-line messages; anything else is ``internal error: <type>: <message>`` and its
+traceback goes to the log (stderr; a stdio server's stdout carries protocol messages only).
 
 Allowed roots (docs/security.md): ``reindex``, ``get_file`` and ``get_chunk`` ask the
 client for its roots (the protocol's roots capability, when the client declares it)
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import inspect
 import signal
 import sqlite3
 import sys
@@ -42,7 +43,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -50,8 +51,9 @@ from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.mcp import tools
-from rifflux.mcp.tools import MAX_TOP_K, ToolContext, resolve_roots
+from rifflux.mcp.tools import ToolContext, resolve_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
+from rifflux.search.request import REQUIRED, FieldSpec, request_fields
 from rifflux.store.connection import damaged_index, is_damage_error
 from rifflux.watch.watcher import FileWatcher
 
@@ -80,6 +82,12 @@ _REINDEX = ToolAnnotations(
 )
 
 
+def search_annotations(ctx: ToolContext) -> ToolAnnotations:
+    """``search_rifflux`` is read-only unless RIFFLUX_AUTO_REINDEX_ON_SEARCH makes a search
+    submit reindex jobs: then it says so, with reindex's hints (docs/mcp.md)."""
+    return _READ_ONLY if ctx.auto_reindex is None else _REINDEX
+
+
 async def _in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Run a blocking tool function in a worker thread so the server keeps serving.
 
@@ -89,13 +97,6 @@ async def _in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(
         functools.partial(fn, *args, **kwargs), abandon_on_cancel=True
     )
-
-
-def _reject_bool(value: object) -> object:
-    # pydantic's lax int accepts true/false as 1/0; a boolean top_k is a caller's mistake.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
-    return value
 
 
 async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
@@ -123,43 +124,59 @@ async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
     return roots or None  # An empty list leaves the server's own roots in force.
 
 
+def _request_parameter(name: str, default: Any, spec: FieldSpec) -> inspect.Parameter:
+    """One ``search_rifflux`` argument, from its SearchRequest field.
+
+    The schema shows the field's constraints; the value is checked by SearchRequest, so
+    a client gets the core's message. Free text stays ``str`` (the SDK would otherwise
+    parse a JSON-looking query); other values pass through ``from_text`` (``"10"`` → 10).
+    """
+    free_text = spec.json_schema.get("type") == "string" and "enum" not in spec.json_schema
+    annotation = Annotated[
+        str if free_text else Any,
+        BeforeValidator(spec.from_text),
+        WithJsonSchema(dict(spec.json_schema)),
+        Field(description=spec.description),
+    ]
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=inspect.Parameter.empty if default is REQUIRED else default,
+        annotation=annotation,
+    )
+
+
+DB_PATH_PARAMETER = inspect.Parameter(
+    "db_path",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=None,
+    annotation=Annotated[
+        str | None,
+        Field(
+            description="Another Rifflux index database to search instead of the "
+            "server's own (relative paths resolve against the server's directory)."
+        ),
+    ],
+)
+
+
+def search_signature() -> inspect.Signature:
+    """``search_rifflux``'s parameters: every SearchRequest field, then ``db_path``."""
+    parameters = [_request_parameter(*f) for f in request_fields()]
+    return inspect.Signature([*parameters, DB_PATH_PARAMETER], return_annotation=dict[str, Any])
+
+
 def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
-    @server.tool(annotations=_READ_ONLY)
-    async def search_rifflux(
-        query: Annotated[
-            str,
-            Field(
-                description="What to look for: words, a phrase or a question. Searched as "
-                "plain text (quotes, *, AND, NEAR( and the like have no special meaning); "
-                "a blank query returns no results."
-            ),
-        ],
-        top_k: Annotated[
-            int,
-            Field(description="How many results to return.", ge=1, le=MAX_TOP_K),
-            BeforeValidator(_reject_bool),
-        ] = 10,
-        mode: Annotated[
-            Literal["lexical", "semantic", "hybrid"],
-            Field(
-                description="lexical: BM25 keyword match; semantic: embedding cosine "
-                "similarity; hybrid: both fused with reciprocal rank fusion."
-            ),
-        ] = "hybrid",
-        db_path: Annotated[
-            str | None,
-            Field(
-                description="Another Rifflux index database to search instead of the "
-                "server's own (relative paths resolve against the server's directory)."
-            ),
-        ] = None,
-    ) -> dict[str, Any]:
+    async def search_rifflux(**arguments: Any) -> dict[str, Any]:
         """Search the indexed markdown and text files.
 
         Returns {query, mode, count, embedding_model, results}; each result has chunk_id,
         path, heading_path, chunk_index, content and a score_breakdown for the mode.
         """
-        return await _in_thread(tools.search_rifflux, ctx, query, top_k, mode, db_path)
+        return await _in_thread(tools.search_rifflux, ctx, **arguments)
+
+    search_rifflux.__signature__ = search_signature()  # type: ignore[attr-defined]
+    server.tool(annotations=search_annotations(ctx))(search_rifflux)
 
     @server.tool(annotations=_REINDEX)
     async def reindex(

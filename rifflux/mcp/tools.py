@@ -1,4 +1,4 @@
-"""The five MCP tools as plain functions: validate the arguments, call the core, shape.
+"""The five MCP tools as plain functions: call the core with the arguments, shape the answer.
 
 Each function takes a :class:`ToolContext` and returns the JSON object the tool
 answers with. Bad input raises :class:`~rifflux.errors.RiffluxError` or ``ValueError``
@@ -25,10 +25,10 @@ from typing import Any
 
 import structlog
 
+from rifflux import status
 from rifflux.config import Settings
 from rifflux.errors import (
     IndexMissingError,
-    InvalidQueryError,
     PathNotAllowedError,
     RiffluxError,
     RootNotFoundError,
@@ -37,15 +37,12 @@ from rifflux.index.allowed import configured_roots, describe, effective_roots, i
 from rifflux.index.scan import glob_mismatch
 from rifflux.queue.client import IndexQueue
 from rifflux.queue.jobs import JobRecord
-from rifflux.search.service import SearchService, validate_mode, validate_top_k
-from rifflux.vectors.cache import VectorCache
+from rifflux.search.request import SearchRequest
+from rifflux.search.service import SearchService
 from rifflux.watch.auto import AutoReindexer
-from rifflux.watch.watcher import read_watcher_state
 
 log = structlog.get_logger(__name__)
 
-MAX_TOP_K = 100
-"""The largest ``top_k`` a search may ask for (the input schema's maximum)."""
 REINDEX_WAIT_SECONDS = 3600.0
 """How long a ``reindex`` call with ``background=false`` waits before it gives up (the
 job itself keeps running and shows in ``index_status``)."""
@@ -106,8 +103,8 @@ class ToolContext:
     def service_for(self, db_path: str | None) -> SearchService:
         """The server's own SearchService, or a cached one for another index database.
 
-        Another index is opened read-only and its vector cache is never published: a
-        ``db_path`` search writes nothing, there or beside it.
+        Another index is opened read-only and, as every search, never publishes its vector
+        cache: a ``db_path`` search writes nothing, there or beside it.
         """
         if db_path is None or not db_path.strip():
             return self.search
@@ -122,10 +119,7 @@ class ToolContext:
             service = self._other_services.get(path)
             if service is not None:
                 return service
-            service = SearchService(
-                self.settings.with_overrides(db_path=path),
-                vector_cache=VectorCache(may_publish=False),
-            )
+            service = SearchService(self.settings.with_overrides(db_path=path))
             try:
                 service.connection()  # A missing, foreign or damaged file fails here.
             except BaseException:
@@ -175,28 +169,22 @@ def resolve_against(cwd: Path, path: str | Path) -> Path:
 
 
 def search_rifflux(
-    ctx: ToolContext,
-    query: str,
-    top_k: int = 10,
-    mode: str = "hybrid",
-    db_path: str | None = None,
+    ctx: ToolContext, query: object, db_path: str | None = None, **options: object
 ) -> dict[str, Any]:
-    """``{query, mode, count, embedding_model, results}``; a blank query finds nothing."""
-    mode = validate_mode(mode)
-    top_k = validate_top_k(top_k)
-    if top_k > MAX_TOP_K:
-        raise InvalidQueryError(f"top_k must be an integer between 1 and {MAX_TOP_K} (got {top_k})")
-    if not isinstance(query, str):
-        raise InvalidQueryError("query must be a string")
+    """``{query, mode, count, embedding_model, results}``; a blank query finds nothing.
+
+    ``query`` and ``options`` are :class:`SearchRequest` fields, checked there.
+    """
+    request = SearchRequest.from_arguments({"query": query, **options})
     if ctx.auto_reindex is not None and (db_path is None or not db_path.strip()):
         ctx.auto_reindex.maybe_trigger()
         try:
-            return ctx.search.search_response(query, top_k=top_k, mode=mode)
+            return ctx.search.search_response(request)
         except IndexMissingError as exc:
             raise IndexMissingError(
                 f"{exc}; an automatic reindex is creating it, search again shortly"
             ) from exc
-    return ctx.service_for(db_path).search_response(query, top_k=top_k, mode=mode)
+    return ctx.service_for(db_path).search_response(request)
 
 
 def resolve_roots(
@@ -294,17 +282,8 @@ def reindex(
 
 
 def index_status(ctx: ToolContext) -> dict[str, Any]:
-    """Index counts, workers, queue depths, recent jobs and the file watcher's state."""
-    status = dict(ctx.search.counts())
-    queue = ctx.queue_status()
-    workers = queue["live_workers"]
-    status.update(
-        live_workers={"count": len(workers), "workers": workers},
-        queue_depths=queue["queue_depths"],
-        recent_jobs=queue["recent_jobs"],
-        watcher=read_watcher_state(ctx.search.connection()),
-    )
-    return status
+    """:func:`rifflux.status.index_status`, the object ``rifflux status --json`` prints."""
+    return status.index_status(ctx.search, ctx.queue_status)
 
 
 def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:

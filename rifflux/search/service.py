@@ -9,6 +9,10 @@ tell) and the response gains a ``warning`` naming the damage and the repair. A u
 asked for meaning still gets the keyword matches, which are right, rather than nothing
 or hits that may be arbitrary. Without damage the response has no ``warning`` key.
 
+Arguments arrive as a :class:`~rifflux.search.request.SearchRequest`, already validated
+(``search_response``); ``search``, the in-process ranking the evaluation calls with
+depths beyond ``MAX_TOP_K``, checks its arguments with the same functions and messages.
+
 A search never writes its database: connections are read-only (``mode=ro``), an absent
 index is reported ("no index at PATH; ...") instead of created, and a damaged one reads
 as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``DatabaseError``.
@@ -30,9 +34,10 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
-from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError, RiffluxError
+from rifflux.errors import EmbeddingModelMismatch, NotFoundError, RiffluxError
 from rifflux.search.fusion import maxnorm_fuse, rrf_fuse
 from rifflux.search.lexical import lexical_search
+from rifflux.search.request import SearchRequest, check_mode, check_query, check_top_k
 from rifflux.store.connection import damaged_index, is_damage_error, open_index_readonly
 from rifflux.store.integrity import quick_check
 from rifflux.store.writer import current_generation, get_metadata
@@ -45,24 +50,10 @@ log = structlog.get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-MODES = ("lexical", "semantic", "hybrid")
-
 _CHUNK_COLUMNS = (
     "SELECT c.id, c.chunk_id, f.path, c.heading_path, c.chunk_index, c.content "
     "FROM chunks c JOIN files f ON f.id = c.file_id"
 )
-
-
-def validate_mode(mode: object) -> str:
-    if not isinstance(mode, str) or mode not in MODES:
-        raise InvalidQueryError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-    return mode
-
-
-def validate_top_k(top_k: object) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InvalidQueryError(f"top_k must be an integer >= 1 (got {top_k!r})")
-    return top_k
 
 
 def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -156,16 +147,17 @@ class SearchService:
 
     @_reports_damage
     def search(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> list[dict[str, Any]]:
-        return self._search(query, top_k=top_k, mode=mode)[0]
+        """The ``top_k`` best chunks; ``top_k`` has no upper bound (evaluation depths)."""
+        mode = check_mode(mode)
+        top_k = check_top_k(top_k, maximum=None)
+        return self._search(check_query(query), top_k=top_k, mode=mode)[0]
 
     def _search(
         self, query: str, *, top_k: int, mode: str
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """(results, warning): the warning is set when lexical results stand in."""
-        mode = validate_mode(mode)
-        top_k = validate_top_k(top_k)
-        if not isinstance(query, str):
-            raise InvalidQueryError("query must be a string")
+        """(results, warning): the warning is set when lexical results stand in.
+
+        The arguments are valid (a SearchRequest's, or checked by ``search``)."""
         if not query.strip():
             return [], None
         limit = top_k * self.settings.candidate_multiplier
@@ -243,14 +235,12 @@ class SearchService:
         ]
 
     @_reports_damage
-    def search_response(
-        self, query: str, *, top_k: int = 10, mode: str = "hybrid"
-    ) -> dict[str, Any]:
+    def search_response(self, request: SearchRequest) -> dict[str, Any]:
         """The object the MCP tool and ``rifflux search --json`` return."""
-        results, warning = self._search(query, top_k=top_k, mode=mode)
+        results, warning = self._search(request.query, top_k=request.top_k, mode=request.mode)
         response: dict[str, Any] = {
-            "query": query,
-            "mode": mode,
+            "query": request.query,
+            "mode": request.mode,
             "count": len(results),
             "embedding_model": self.stored_model() or self.embedder_label,
         }

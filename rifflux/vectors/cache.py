@@ -11,15 +11,12 @@ Staleness policy:
   without publishing): search the lagging segments anyway, over-fetch, and keep only
   hits whose chunk row still exists with the same identity (one extra SQLite read);
   search again with more candidates if too few survive. Rows added since the manifest
-  are not found until the next publish. A background thread publishes a delta at most
-  once per ``REFRESH_MIN_INTERVAL_SECONDS`` (and no more often than ten times its own
-  duration, so a big index spends at most ~10% of a core on it while a job runs);
-  searches never wait for it. Writers
-  publish when a job finalizes, so a finished job's chunks are found by the next search.
+  are not found until the next publish, which is a writer's: a job publishes when it
+  finalizes, the in-process indexer when it ends, ``rifflux index --repair`` on demand.
+  So a finished job's chunks are found by the next search.
 * missing (no manifest, one of a format this version does not read, or one of another
-  database or model): the search rebuilds the cache synchronously
-  (``source: "search-rebuild"``); if it cannot be written, it searches an in-memory copy
-  built from SQLite for that generation.
+  database or model): the search serves an in-memory copy built from SQLite (read-only)
+  for that generation, rebuilt when the generation moves, until a writer publishes.
 * corrupt (a file does not match its checksum or row count, the manifest is damaged or
   names files that do not exist, or a fresh cache's row identities differ from the
   database's rows at its generation): :meth:`VectorCache.search` raises
@@ -29,15 +26,16 @@ Staleness policy:
   it refuses to reuse an unverified row. The verdict is kept per manifest stat key, so a
   corrupt cache is hashed once, not at every search.
 * outdated (format 1, written before checksums): served as stale (per-hit validation,
-  ``reason`` in the status); its background refresh republishes it in the new format.
+  ``reason`` in the status); the next writer's publish republishes it in the new format.
 
 Row ids are compared with the database's once per loaded manifest, when its generation
 is the database's (:func:`rows_mismatch`: one read of the rowids, ~17 ms per 24k rows).
 
-A search never writes the database: its rebuilds and refreshes open it read-only, so
-a database without a cache uid (which only writers create) is served from memory, and
-a cache built with ``may_publish=False`` (a ``db_path`` search of another index) never
-writes anything at all, not even files beside that database.
+Readers never write (Tantivy's rule: writers make immutable segments, readers only
+reload): this module loads and reloads published generations and never publishes,
+never creates a file beside the database and never writes the database, so a search
+of any index, even one opened with ``db_path`` from elsewhere, writes nothing at all.
+Publishing is :mod:`rifflux.vectors.publish`, called by writers only.
 """
 
 from __future__ import annotations
@@ -61,7 +59,6 @@ from rifflux.vectors.publish import (
     index_head,
     list_rowids,
     list_rows,
-    publish,
     read_vectors,
 )
 from rifflux.vectors.segments import (
@@ -84,12 +81,6 @@ from rifflux.vectors.segments import (
 
 log = structlog.get_logger(__name__)
 
-# At most one background refresh of a stale cache per this many seconds, and at least
-# this many times the last refresh's duration between two refreshes.
-REFRESH_MIN_INTERVAL_SECONDS = 1.0
-REFRESH_COST_FACTOR = 10.0
-# After a failed rebuild, search the in-memory fallback this long before trying again.
-REBUILD_RETRY_SECONDS = 30.0
 # Times a reader retries when a manifest names a file a newer publish already deleted.
 OPEN_ATTEMPTS = 5
 # A stale search first asks the segments for this many times the wanted hits.
@@ -207,7 +198,7 @@ def read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def memory_view(conn: sqlite3.Connection, model: str) -> CacheView:
-    """The fallback when the cache cannot be written: one in-memory segment from SQLite."""
+    """What a missing cache is served from: one in-memory segment read from SQLite."""
     with read_transaction(conn):
         db = list_rows(conn, *index_head(conn))
         vectors = (
@@ -226,8 +217,7 @@ def memory_view(conn: sqlite3.Connection, model: str) -> CacheView:
 class VectorCache:
     """Holds the current view for one index and keeps it current; thread-safe."""
 
-    def __init__(self, *, may_publish: bool = True) -> None:
-        self.may_publish = may_publish
+    def __init__(self) -> None:
         self._view: CacheView | None = None
         # (manifest stat key, reason) of the last manifest found corrupt.
         self._corrupt: tuple[tuple[int, int, int], str] | None = None
@@ -235,10 +225,6 @@ class VectorCache:
         self._rows_checked: tuple[int, int, int] | None = None
         self._memory: CacheView | None = None
         self._lock = threading.Lock()
-        self._refreshing = False
-        self._last_refresh = 0.0
-        self._refresh_interval = REFRESH_MIN_INTERVAL_SECONDS
-        self._rebuild_failed_at: float | None = None
 
     def forget(self) -> None:
         """Drop the loaded view and every verdict: the next use verifies from scratch."""
@@ -310,56 +296,12 @@ class VectorCache:
             and view.manifest.model == model
         )
 
-    def _rebuild(self, conn: sqlite3.Connection, db_path: Path, model: str) -> CacheView | None:
-        directory = vectors_dir(db_path)
-        failed_at = self._rebuild_failed_at
-        if failed_at is not None and time.monotonic() - failed_at < REBUILD_RETRY_SECONDS:
-            return None
-        if not self.may_publish or _index_state(conn)[1] is None:
-            return None  # Publishing would write: serve from memory instead.
-        try:
-            publish(db_path, source="search-rebuild", readonly_db=True)
-        except (OSError, sqlite3.Error) as exc:
-            log.warning("vectors.rebuild_failed", db_path=str(db_path), error=str(exc))
-            self._rebuild_failed_at = time.monotonic()
-            return None
-        self._rebuild_failed_at = None
-        _generation, uid = _index_state(conn)
-        view = self._current(directory)
-        return view if self._usable(view, uid, model) else None
-
     def _memory_fallback(self, conn: sqlite3.Connection, generation: int, model: str) -> CacheView:
         view = self._memory
         if view is None or view.manifest.generation != generation or view.manifest.model != model:
             view = memory_view(conn, model)
             self._memory = view
         return view
-
-    def _refresh_later(self, db_path: Path) -> None:
-        """Publish a delta in a background thread, at most once per interval."""
-        now = time.monotonic()
-        if not self.may_publish:
-            return
-        with self._lock:
-            if self._refreshing or now - self._last_refresh < self._refresh_interval:
-                return
-            self._refreshing = True
-            self._last_refresh = now
-
-        def run() -> None:
-            try:
-                publish(db_path, source="search-refresh", blocking=False, readonly_db=True)
-            except Exception as exc:
-                log.warning("vectors.refresh_failed", db_path=str(db_path), error=str(exc))
-            finally:
-                cost = time.monotonic() - now
-                with self._lock:
-                    self._refreshing = False
-                    self._refresh_interval = max(
-                        REFRESH_MIN_INTERVAL_SECONDS, REFRESH_COST_FACTOR * cost
-                    )
-
-        threading.Thread(target=run, name="rifflux-vector-refresh", daemon=True).start()
 
     # -- search ----------------------------------------------------------------------
 
@@ -379,16 +321,11 @@ class VectorCache:
             return []
         generation, uid = _index_state(conn)
         view = self._current(vectors_dir(db_path))
-        if not self._usable(view, uid, model):
-            view = self._rebuild(conn, db_path, model)
-            generation, uid = _index_state(conn)
-            if view is None:
-                view = self._memory_fallback(conn, generation, model)
-        assert view is not None
+        if view is None or not self._usable(view, uid, model):
+            view = self._memory_fallback(conn, generation, model)
         if view.manifest.generation == generation and not view.outdated:
             self._check_rows(conn, view)
             return [SemanticHit(c.row_id, c.key, c.cosine) for c in view.search(query, limit)]
-        self._refresh_later(db_path)
         return self._search_validated(conn, view, model, query, limit)
 
     def _search_validated(
@@ -456,8 +393,6 @@ class VectorCache:
                     f"cache format {manifest.format} has no checksums; "
                     "the next index job republishes it"
                 )
-        elif manifest.source == "search-rebuild":
-            state = "rebuilt"
         else:
             state = "fresh"
         status: dict[str, Any] = {"state": state}

@@ -1,8 +1,10 @@
 """Publish the vector cache for the index's current generation.
 
-Writers call :func:`publish` when a job finalizes (``rifflux.queue.tasks.finalize``) and
-at the end of an in-process :class:`~rifflux.index.indexer.Indexer` run; the front
-process calls it to rebuild a missing cache and to refresh a stale one.
+Only writers call :func:`publish`: when a job finalizes (``rifflux.queue.tasks.finalize``),
+at the end of an in-process :class:`~rifflux.index.indexer.Indexer` run, and in
+``rifflux index --repair``. Searches never publish (:mod:`rifflux.vectors.cache` only
+loads published generations), so publishing is the one place that writes the cache
+directory and creates the database's cache uid.
 
 One publish reads the database once, in one read transaction (so the rows, the vectors
 and the generation all come from the same state): the list of chunk rows that have a
@@ -53,7 +55,6 @@ import structlog
 from rifflux.store.connection import (
     INDEX_UID_KEY,
     open_index,
-    open_index_readonly,
     retry_on_busy,
     write_transaction,
 )
@@ -242,22 +243,18 @@ def publish(
     source: str,
     blocking: bool = True,
     full: bool = False,
-    readonly_db: bool = False,
 ) -> PublishResult | None:
     """Bring the cache up to the database's current generation.
 
     ``full`` rewrites every row from the database whatever the cache holds.
-    ``readonly_db`` (searches): the database is opened read-only, so a database that has
-    no cache uid yet fails with ``attempt to write a readonly database`` instead of
-    being written. Returns None only when ``blocking`` is False and another publisher
-    holds the lock.
+    Returns None only when ``blocking`` is False and another publisher holds the lock.
     """
     directory = vectors_dir(db_path)
     directory.mkdir(parents=True, exist_ok=True)
     with publish_lock(directory, blocking=blocking) as locked:
         if not locked:
             return None
-        conn = open_index_readonly(db_path) if readonly_db else open_index(db_path)
+        conn = open_index(db_path)
         try:
             return _publish_locked(conn, directory, source, full)
         finally:
@@ -267,7 +264,8 @@ def publish(
 def publish_quietly(db_path: Path | str, *, source: str) -> PublishResult | None:
     """:func:`publish` for writers: a cache failure is logged, never raised.
 
-    Search notices a stale or missing cache and refreshes or rebuilds it itself.
+    Searches keep serving a stale cache (validating each hit) or a missing one from
+    memory until the next writer publishes.
     """
     try:
         return publish(db_path, source=source)

@@ -46,7 +46,7 @@ def test_index_starts_a_local_pool_waits_and_leaves_nothing_running(tmp_path: Pa
 
     status = json.loads(rifflux(tmp_path, "status", "--json").stdout)
     assert status["files"] == 25 and status["recent_jobs"][0]["state"] == "completed"
-    assert status["live_workers"] == []
+    assert status["live_workers"] == {"count": 0, "workers": []}
 
 
 def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) ->
         (("index", "missing-dir", "--no-wait"), "does not exist: missing-dir"),
         (("get-chunk", "nope"), "no index at"),
         (("get-file", "../etc/passwd"), "no index at"),
-        (("search", "x", "--top-k", "0"), "top_k must be an integer >= 1"),
+        (("search", "x", "--top-k", "0"), "top_k must be an integer between 1 and 100 (got 0)"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(tmp_path: Path, args: tuple, message: str) -> None:
@@ -101,3 +101,43 @@ def test_cancel_a_queued_job_and_refuse_an_unknown_one(tmp_path: Path) -> None:
     assert status["recent_jobs"][0]["state"] == "cancelled"
     again = rifflux(tmp_path, "cancel", job_id)
     assert again.returncode != 0 and "no queued or running job" in again.stderr
+
+
+def test_search_flags_are_the_request_fields_with_their_defaults() -> None:
+    from rifflux.cli import build_parser
+    from rifflux.search.request import REQUIRED, SearchRequest, request_fields
+
+    args = build_parser().parse_args(["search", "basil", "--top-k", "3", "--mode", "lexical"])
+    assert SearchRequest.from_arguments(vars(args)) == SearchRequest("basil", 3, "lexical")
+    defaults = build_parser().parse_args(["search", "basil"])
+    for name, default, _spec in request_fields():
+        if default is not REQUIRED:
+            assert getattr(defaults, name) == default
+
+
+def test_status_json_is_the_core_status_object_and_the_text_renders_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rifflux.config import Settings
+    from rifflux.queue.client import IndexQueue
+    from rifflux.search.service import SearchService
+    from rifflux.status import index_status
+
+    copy_corpus(tmp_path / "docs", limit=2)
+    assert rifflux(tmp_path, "index", "docs", "--in-process").returncode == 0
+    monkeypatch.chdir(tmp_path)  # The CLI's default (relative) database path, here too.
+    settings = Settings.from_env({"RIFFLUX_EMBEDDING_BACKEND": "hash"})
+    service, queue = SearchService(settings), IndexQueue(settings)
+    try:
+        expected = index_status(service, queue.status)
+    finally:
+        service.close()
+        queue.close()
+
+    shown = json.loads(rifflux(tmp_path, "status", "--json").stdout)
+    text = rifflux(tmp_path, "status").stdout
+
+    assert shown == json.loads(json.dumps(expected))
+    assert f"files: {expected['files']}" in text
+    assert f"vector cache: fresh, generation {expected['generation']}" in text
+    assert "live workers: 0" in text and "watcher: not running" in text

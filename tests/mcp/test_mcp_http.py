@@ -136,7 +136,7 @@ async def test_session_with_the_bearer_token_works(token_server: HttpServer) -> 
         assert 0 < result.structured_content["count"] <= 2
         bad = await session.call_tool("search_rifflux", {"query": "basil", "top_k": 0})
         assert bad.is_error
-        assert "top_k: Input should be greater than or equal to 1" in bad.content[0].text
+        assert bad.content[0].text == "top_k must be an integer between 1 and 100 (got 0)"
 
 
 async def test_without_a_token_no_authorization_is_needed(open_server: HttpServer) -> None:

@@ -24,6 +24,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
     server_command,
 )
 
+from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 
 pytestmark = pytest.mark.anyio
@@ -44,7 +45,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     service = SearchService(tree.settings())
     try:
         return {
-            mode: json.loads(json.dumps(service.search_response(QUERY, mode=mode)))
+            mode: json.loads(json.dumps(service.search_response(SearchRequest(QUERY, mode=mode))))
             for mode in ("lexical", "semantic", "hybrid")
         }
     finally:

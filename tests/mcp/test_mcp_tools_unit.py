@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -19,7 +18,6 @@ from pydantic import BaseModel, Field, ValidationError
 from structlog.testing import capture_logs
 
 from rifflux.errors import (
-    InvalidQueryError,
     NotFoundError,
     RiffluxError,
     RootNotFoundError,
@@ -46,27 +44,6 @@ def make_foreign_schema_db(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("mode", ["lexical", "semantic", "hybrid"])
-def test_search_returns_the_contract_object_in_every_mode(
-    tool_context: ToolContext, mode: str
-) -> None:
-    response = tools.search_rifflux(tool_context, "basil tomatoes", top_k=3, mode=mode)
-    assert set(response) == {"query", "mode", "count", "embedding_model", "results"}
-    assert response["mode"] == mode
-    assert response["embedding_model"] == "hash:384"
-    assert 0 < response["count"] == len(response["results"]) <= 3
-    for result in response["results"]:
-        assert set(result) == RESULT_KEYS
-        assert set(result["score_breakdown"]) == BREAKDOWN_KEYS[mode]
-
-
-def test_blank_query_finds_nothing_instead_of_failing(tool_context: ToolContext) -> None:
-    for query in ("", "   ", "\n\t"):
-        response = tools.search_rifflux(tool_context, query)
-        assert response["count"] == 0
-        assert response["results"] == []
-
-
 @pytest.mark.parametrize(
     "query",
     ['"', '"unbalanced quote', "tomato*", "basil AND", "NEAR(basil", "path:docs", "-sun", "(a OR"],
@@ -74,24 +51,6 @@ def test_blank_query_finds_nothing_instead_of_failing(tool_context: ToolContext)
 def test_fts_syntax_is_searched_as_plain_text(tool_context: ToolContext, query: str) -> None:
     response = tools.search_rifflux(tool_context, query, mode="lexical")
     assert response["count"] == len(response["results"])
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"mode": "fuzzy"}, "mode must be one of lexical, semantic, hybrid"),
-        ({"top_k": 0}, "top_k must be an integer >= 1"),
-        ({"top_k": -3}, "top_k must be an integer >= 1"),
-        ({"top_k": 101}, "top_k must be an integer between 1 and 100"),
-        ({"top_k": 2.5}, "top_k must be an integer"),
-        ({"top_k": True}, "top_k must be an integer"),
-    ],
-)
-def test_out_of_range_arguments_are_rejected_with_what_to_do(
-    tool_context: ToolContext, kwargs: dict[str, Any], message: str
-) -> None:
-    with pytest.raises(InvalidQueryError, match=message):
-        tools.search_rifflux(tool_context, "basil", **kwargs)
 
 
 def test_db_path_searches_another_index_and_reuses_its_service(
@@ -121,27 +80,6 @@ def test_db_of_another_schema_version_is_a_clear_error(
     db = make_foreign_schema_db(tmp_path / "old.db")
     with pytest.raises(SchemaVersionError, match="schema version 999"):
         tools.search_rifflux(tool_context, "basil", db_path=str(db))
-
-
-def test_get_chunk_returns_a_search_hit_in_full(tool_context: ToolContext) -> None:
-    hit = tools.search_rifflux(tool_context, "basil", top_k=1)["results"][0]
-    chunk = tools.get_chunk(tool_context, hit["chunk_id"])["chunk"]
-    assert chunk == {k: v for k, v in hit.items() if k != "score_breakdown"}
-
-
-def test_get_file_serves_indexed_files_only(tool_context: ToolContext) -> None:
-    served = tools.get_file(tool_context, "docs/install.md")["file"]
-    assert served["path"] == "docs/install.md"
-    assert len(served["sha256"]) == 64
-    assert [c["chunk_index"] for c in served["chunks"]] == list(range(len(served["chunks"])))
-    for path in ("../etc/passwd", "/etc/passwd", "docs/../docs/install.md", "docs"):
-        with pytest.raises(NotFoundError, match="is not an indexed file"):
-            tools.get_file(tool_context, path)
-
-
-def test_unknown_chunk_id_is_not_found(tool_context: ToolContext) -> None:
-    with pytest.raises(NotFoundError, match="no chunk with id"):
-        tools.get_chunk(tool_context, "0" * 64)
 
 
 def test_reindex_roots_paths_win_then_path_then_cwd(tool_context: ToolContext) -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cache_damage import DAMAGES, base_segment_files
-from rifflux_testing import copy_corpus, make_settings, wait_until
+from rifflux_testing import copy_corpus, make_settings
 
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
+from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index
 from rifflux.vectors.publish import publish
@@ -68,8 +69,11 @@ def test_damaged_cache_is_reported_corrupt_serves_lexical_with_a_warning_and_is_
     cfg: Settings, docs: Path, reference: SearchService, damage: str, repair: str
 ) -> None:
     service = SearchService(cfg)
-    want = {mode: reference.search_response(QUERY, mode=mode) for mode in ("semantic", "hybrid")}
-    assert service.search_response(QUERY, mode="semantic") == want["semantic"]
+    want = {
+        mode: reference.search_response(SearchRequest(QUERY, mode=mode))
+        for mode in ("semantic", "hybrid")
+    }
+    assert service.search_response(SearchRequest(QUERY, mode="semantic")) == want["semantic"]
     assert service.counts()["vector_cache"]["state"] == "fresh"
 
     damaged = DAMAGES[damage](cfg.db_path)
@@ -78,7 +82,7 @@ def test_damaged_cache_is_reported_corrupt_serves_lexical_with_a_warning_and_is_
     assert status["state"] == "corrupt"
     assert damaged in status["reason"] and "checksum" in status["reason"]
     for mode in ("semantic", "hybrid"):
-        response = service.search_response(QUERY, mode=mode)
+        response = service.search_response(SearchRequest(QUERY, mode=mode))
         assert damaged in response["warning"] and "rifflux index --repair" in response["warning"]
         assert keyed(response["results"]) == lexical(service)
         assert response["count"] == 10 and response["mode"] == mode
@@ -95,7 +99,7 @@ def test_damaged_cache_is_reported_corrupt_serves_lexical_with_a_warning_and_is_
 
     assert service.counts()["vector_cache"]["state"] == "fresh"
     for mode in ("semantic", "hybrid"):
-        assert service.search_response(QUERY, mode=mode) == want[mode]
+        assert service.search_response(SearchRequest(QUERY, mode=mode)) == want[mode]
     service.close()
 
 
@@ -104,9 +108,11 @@ def test_a_sound_cache_answers_byte_identically_and_without_a_warning_key(
 ) -> None:
     service = SearchService(cfg)
     for mode in ("lexical", "semantic", "hybrid"):
-        got = service.search_response(QUERY, mode=mode)
+        got = service.search_response(SearchRequest(QUERY, mode=mode))
         assert "warning" not in got
-        assert json.dumps(got) == json.dumps(reference.search_response(QUERY, mode=mode))
+        assert json.dumps(got) == json.dumps(
+            reference.search_response(SearchRequest(QUERY, mode=mode))
+        )
     service.close()
 
 
@@ -114,11 +120,11 @@ def test_damage_after_a_long_running_reader_verified_the_cache_is_noticed_by_its
     cfg: Settings,
 ) -> None:
     service = SearchService(cfg)
-    assert "warning" not in service.search_response(QUERY, mode="semantic")
+    assert "warning" not in service.search_response(SearchRequest(QUERY, mode="semantic"))
 
     DAMAGES["zeroed-rows"](cfg.db_path)
 
-    assert "warning" in service.search_response(QUERY, mode="semantic")
+    assert "warning" in service.search_response(SearchRequest(QUERY, mode="semantic"))
     assert service.counts()["vector_cache"]["state"] == "corrupt"
     service.close()
 
@@ -127,7 +133,7 @@ def test_a_replaced_segment_file_is_noticed_although_the_old_one_stays_mapped(
     cfg: Settings,
 ) -> None:
     service = SearchService(cfg)
-    assert "warning" not in service.search_response(QUERY, mode="semantic")
+    assert "warning" not in service.search_response(SearchRequest(QUERY, mode="semantic"))
     vec_path, _ = base_segment_files(cfg.db_path)
     copy = vec_path.with_name("copy.tmp")
     shutil.copyfile(vec_path, copy)
@@ -154,7 +160,7 @@ def test_rows_that_differ_from_the_database_at_the_same_generation_are_corrupt(
     status = service.counts()["vector_cache"]
     assert status["state"] == "corrupt"
     assert "do not match the database" in status["reason"] and "1 unknown to it" in status["reason"]
-    assert "warning" in service.search_response(QUERY, mode="hybrid")
+    assert "warning" in service.search_response(SearchRequest(QUERY, mode="hybrid"))
 
     result = publish(cfg.db_path, source="finalize")
     assert result is not None and result.action == "full"
@@ -194,9 +200,8 @@ def test_a_publisher_never_copies_rows_out_of_a_damaged_segment(
     service = SearchService(cfg)
     assert service.counts()["vector_cache"]["state"] == "fresh"
     Indexer(reference.settings).run([docs])
-    assert service.search_response(QUERY, mode="semantic") == reference.search_response(
-        QUERY, mode="semantic"
-    )
+    request = SearchRequest(QUERY, mode="semantic")
+    assert service.search_response(request) == reference.search_response(request)
     service.close()
 
 
@@ -247,19 +252,19 @@ def test_a_format_1_cache_is_republished_in_full_by_the_next_writer(cfg: Setting
     service.close()
 
 
-def test_a_format_1_cache_is_served_without_warning_until_its_refresh_republishes_it(
+def test_a_format_1_cache_is_served_without_warning_and_left_to_the_next_writer(
     cfg: Settings, reference: SearchService
 ) -> None:
     downgrade_to_format_1(cfg.db_path)
     service = SearchService(cfg)
 
-    response = service.search_response(QUERY, mode="semantic")
+    response = service.search_response(SearchRequest(QUERY, mode="semantic"))
 
     assert "warning" not in response
     assert keyed(response["results"]) == keyed(reference.search(QUERY, mode="semantic"))
-    wait_until(lambda: service.counts()["vector_cache"]["state"] == "fresh", timeout=10)
     found = read_manifest(vectors_dir(cfg.db_path))
-    assert found is not None and found[0].format == 2
+    assert found is not None and found[0].format == 1, "a search republished the cache"
+    assert service.counts()["vector_cache"]["state"] == "stale"
     service.close()
 
 
@@ -268,5 +273,5 @@ def test_a_manifest_that_is_not_json_is_corrupt_not_silently_rebuilt(cfg: Settin
     service = SearchService(cfg)
 
     assert service.counts()["vector_cache"]["state"] == "corrupt"
-    assert "not JSON" in service.search_response(QUERY, mode="semantic")["warning"]
+    assert "not JSON" in service.search_response(SearchRequest(QUERY, mode="semantic"))["warning"]
     service.close()

@@ -1,0 +1,50 @@
+"""One status of an index, the object MCP ``index_status`` and ``rifflux status`` render.
+
+Shape (documented once, in docs/mcp.md, "index_status"):
+
+``{files, chunks, embeddings, generation, db_path, embedding_model, embedding_backend,
+vector_cache: {state, generation, segments, rows, tombstones, ...}, broker,
+live_workers: {count, workers: [...]}, queue_depths, recent_jobs, watcher}``
+
+Invariants:
+
+* Both front ends call :func:`index_status` and print what it returns: the MCP tool as
+  JSON, ``rifflux status --json`` as the same JSON, ``rifflux status`` as text lines
+  (``rifflux.cli``). Neither adds, drops or renames a key.
+* Reading status writes nothing: the index is read through the SearchService's
+  read-only connection, the queue's status never creates the broker's file.
+
+Layer: above the queue and the watcher (it reports both: the queue's workers, depths
+and jobs, the watcher's persisted state) and below ``mcp`` and ``cli``, its two callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rifflux.search.service import SearchService
+from rifflux.watch.watcher import read_watcher_state
+
+
+def index_status(
+    search: SearchService, queue_status: Callable[[], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The index's counts and vector cache, the queue's status (``IndexQueue.status``:
+    broker, live workers, depths, recent jobs) and the file watcher's last state.
+
+    The index is read first: a missing or foreign index is reported as such before
+    ``queue_status`` is called (it opens the index for the job records).
+    """
+    counts = search.counts()
+    watcher = read_watcher_state(search.connection())
+    queue = queue_status()
+    workers = list(queue["live_workers"])
+    return {
+        **counts,
+        "broker": queue["broker"],
+        "live_workers": {"count": len(workers), "workers": workers},
+        "queue_depths": queue["queue_depths"],
+        "recent_jobs": queue["recent_jobs"],
+        "watcher": watcher,
+    }
