@@ -96,7 +96,7 @@ class Settings:
     hash_embedding_dim: int = 384
     embed_batch_size: int = 32
     # Most padded tokens (texts × longest text) in one ONNX run; bounds a worker's memory.
-    embed_token_budget: int = 512
+    embed_token_budget: int = 256
     # 0 lets onnxruntime pick (one thread per core).
     onnx_threads: int = 0
     max_chunk_chars: int = 1200
