@@ -159,20 +159,25 @@ class Sampler:
 
 
 def run_job(
-    corpus: Path, processes: int, threads: int, interval: float, tmpdir: Path | None
+    corpus: Path,
+    processes: int,
+    threads: int,
+    interval: float,
+    tmpdir: Path | None,
+    backend: str = "onnx",
 ) -> dict[str, Any]:
     from rifflux.config import Settings
     from rifflux.queue.client import IndexQueue
 
     workdir = Path(tempfile.mkdtemp(prefix="worker-memory-job-", dir=tmpdir))
     settings = Settings(
-        db_path=workdir / "index.db", base_dir=corpus.parent, embedding_backend="onnx"
+        db_path=workdir / "index.db", base_dir=corpus.parent, embedding_backend=backend
     )
     env = dict(os.environ)
     env.update(
         RIFFLUX_DB_PATH=str(settings.db_path),
         RIFFLUX_BROKER_URL=settings.resolved_broker_url,
-        RIFFLUX_EMBEDDING_BACKEND="onnx",
+        RIFFLUX_EMBEDDING_BACKEND=backend,
         RIFFLUX_ONNX_THREADS=str(threads),
         RIFFLUX_LOG_LEVEL="WARNING",
     )
@@ -210,6 +215,7 @@ def run_job(
     cpu = sum(t.cpu_end - (t.cpu_start or 0.0) for t in workers)
     return {
         "command": " ".join(["python", *command[1:]]),
+        "backend": backend,
         "onnx_threads_per_worker": threads,
         "state": record.state,
         "files": record.files_done,
@@ -287,6 +293,12 @@ def main() -> int:
     )
     parser.add_argument("--interval", type=float, default=0.1, help="RSS sampling seconds")
     parser.add_argument("--skip", choices=("job", "inprocess"), action="append", default=[])
+    parser.add_argument(
+        "--backend",
+        default="onnx",
+        choices=("onnx", "hash"),
+        help="the job's embedder (hash: what the workers hold besides the model)",
+    )
     parser.add_argument("--tmpdir", type=Path, help="where the corpus copy and index go")
     parser.add_argument("--inprocess-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -322,7 +334,9 @@ def main() -> int:
     }
     try:
         if "job" not in args.skip:
-            report["job"] = run_job(sample, args.processes, threads, args.interval, args.tmpdir)
+            report["job"] = run_job(
+                sample, args.processes, threads, args.interval, args.tmpdir, args.backend
+            )
         if "inprocess" not in args.skip:
             report["inprocess"] = run_in_process(sample, threads)
     finally:
