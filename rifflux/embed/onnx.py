@@ -9,8 +9,8 @@ so little time goes to padding; the output is returned in input order. Each vect
 the mean of the token states over the attention mask, L2-normalised, so it does not
 depend on how texts are batched (equal within float rounding, ~1e-7).
 
-Memory (measured on the awesome-copilot job, BENCHMARKS.md "Small ONNX workers": a
-worker peaked at 1.8 GB with fixed batches of 32 texts, ~180 MB with what follows):
+Memory (measured on a 600-file awesome-copilot job, BENCHMARKS.md "Small ONNX workers":
+a worker peaked at 1.9 GB with fixed batches of 32 texts, 197 MB with what follows):
 - A batch holds at most ``batch_size`` texts and at most ``token_budget`` padded tokens
   (texts × longest text). Activations grow with the padded tokens (and attention with
   the square of the length), so the budget bounds them; 32 × 256 tokens needed ~600 MB.
@@ -18,8 +18,9 @@ worker peaked at 1.8 GB with fixed batches of 32 texts, ~180 MB with what follow
 - No memory patterns: onnxruntime plans one arena block per input shape it has seen,
   and a job sees hundreds of shapes.
 - No graph optimisation: constant folding dequantises the int8 weights into 90 MB of
-  float32 and peaks ~200 MB above the process while doing it. The per-run dequantisation
-  costs a few per cent of throughput. The word-embedding lookup is rewritten to gather
+  float32 and peaks ~200 MB above the process while doing it. Dequantising on every run
+  instead costs ~8 ms a run (10-15 % of throughput at the default budget, which still
+  beats the old fixed batches). The word-embedding lookup is rewritten to gather
   int8 rows before dequantising (``onnx_graph.py``), instead of dequantising the whole
   47 MB table on every run; its output is bit-identical.
 """
