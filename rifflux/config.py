@@ -118,6 +118,8 @@ class Settings:
     embedding_backend: str = "auto"
     hash_embedding_dim: int = 384
     embed_batch_size: int = 32
+    # Most padded tokens (texts × longest text) in one ONNX run; bounds a worker's memory.
+    embed_token_budget: int = 256
     # 0 lets onnxruntime pick (one thread per core).
     onnx_threads: int = 0
     max_chunk_chars: int = 1200
@@ -185,6 +187,7 @@ class Settings:
         read("EMBEDDING_BACKEND", "embedding_backend", _parse_backend)
         read("EMBEDDING_DIM", "hash_embedding_dim", _positive_int)
         read("EMBED_BATCH_SIZE", "embed_batch_size", _positive_int)
+        read("EMBED_TOKEN_BUDGET", "embed_token_budget", _positive_int)
         read("ONNX_THREADS", "onnx_threads", _non_negative_int)
         read("MAX_CHUNK_CHARS", "max_chunk_chars", _positive_int)
         read("MIN_CHUNK_CHARS", "min_chunk_chars", _non_negative_int)

@@ -42,7 +42,11 @@ def make_embedder(settings: Settings) -> Embedder:
     """The configured embedder. ``auto`` falls back to hashing, with one warning per process."""
     backend, reason = _resolve_backend(settings)
     if backend == "onnx":
-        return OnnxEmbedder(threads=settings.onnx_threads, batch_size=settings.embed_batch_size)
+        return OnnxEmbedder(
+            threads=settings.onnx_threads,
+            batch_size=settings.embed_batch_size,
+            token_budget=settings.embed_token_budget,
+        )
     if reason is not None:
         _warn_fallback_once(reason)
     return HashEmbedder(settings.hash_embedding_dim)

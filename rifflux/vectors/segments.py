@@ -105,16 +105,25 @@ def row_ident(rowid: int, path: str, chunk_index: int, embed_sha256: str) -> int
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little", signed=True)
 
 
+# Rows normalised per float64 pass: the float64 temporaries of a whole 9,101-row matrix
+# made a worker's vector-cache publish peak at 88 MB (BENCHMARKS.md, Small ONNX workers).
+NORMALIZE_BLOCK_ROWS = 1024
+
+
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero), as float32.
 
     The norm is taken in float64: products of float32 values are exact there, so equal
-    rows get bit-identical normalised rows wherever they sit in a matrix.
+    rows get bit-identical normalised rows wherever they sit in a matrix. Each row is
+    computed on its own, so working in blocks of rows changes no result.
     """
-    wide = np.asarray(matrix, dtype=np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))[:, None]
-    out = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
-    return out.astype(np.float32)
+    out = np.empty(matrix.shape, dtype=np.float32)
+    for start in range(0, matrix.shape[0], NORMALIZE_BLOCK_ROWS):
+        wide = np.asarray(matrix[start : start + NORMALIZE_BLOCK_ROWS], dtype=np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))[:, None]
+        block = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
+        out[start : start + NORMALIZE_BLOCK_ROWS] = block
+    return out
 
 
 @dataclass(frozen=True, slots=True)

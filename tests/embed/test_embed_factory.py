@@ -21,11 +21,14 @@ def test_hash_backend_uses_the_configured_dim():
     assert embedder.label == embedder_label_for(settings) == "hash:128"
 
 
-def test_onnx_backend_passes_threads_and_batch_size_without_loading_the_model():
-    settings = Settings(embedding_backend="onnx", onnx_threads=1, embed_batch_size=8)
+def test_onnx_backend_passes_threads_batch_size_and_token_budget_without_loading_the_model():
+    settings = Settings(
+        embedding_backend="onnx", onnx_threads=1, embed_batch_size=8, embed_token_budget=300
+    )
     embedder = make_embedder(settings)
     assert isinstance(embedder, OnnxEmbedder)
-    assert (embedder.threads, embedder.batch_size) == (1, 8)
+    assert (embedder.threads, embedder.batch_size, embedder.token_budget) == (1, 8, 300)
+    assert embedder._session is None
     assert embedder.label == embedder_label_for(settings) == "onnx:all-MiniLM-L6-v2-int8"
 
 
