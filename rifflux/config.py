@@ -143,9 +143,10 @@ class Settings:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     # A worker process is replaced, between messages, after this many messages or once
     # its resident memory passes this many MB (0: no limit), as Celery's
-    # max-tasks-per-child and max-memory-per-child.
+    # max-tasks-per-child and max-memory-per-child. An onnx worker peaks at ~200-230 MB
+    # on a 600-file job (BENCHMARKS.md), so 1024 MB only catches a leak or a huge batch.
     worker_max_messages: int = 0
-    worker_max_rss_mb: int = 0
+    worker_max_rss_mb: int = 1024
     # The module whose import declares the actors worker processes run.
     worker_actors: str = "workers.actors"
     # A job whose pending messages have had no live consumer for this long is stalled:
