@@ -39,6 +39,9 @@ WORKER_POLL_SECONDS = 0.5
 # How long a local pool gets to finish in-flight messages after SIGTERM (its own
 # children get 30 s; this leaves room for them).
 POOL_STOP_SECONDS = 40.0
+# A pool started for a stalled job gets at least this long to boot before the job can
+# be declared stalled again (a crash-looping pool exits sooner, which ends the wait).
+POOL_BOOT_SECONDS = 30.0
 # How often a waiting client looks at heartbeats and queue depths for a stall.
 STALL_CHECK_SECONDS = 1.0
 
@@ -241,7 +244,10 @@ class IndexQueue:
                         may_start = False
                         log.warning("job.stalled_starting_pool", job_id=job_id, reason=reason)
                         self.start_pool()
-                        pool_started_at = time.time()
+                        # Its workers get at least POOL_BOOT_SECONDS to boot (load the
+                        # model, register) before the job can count as stalled again.
+                        boot = max(0.0, POOL_BOOT_SECONDS - self.settings.stall_seconds)
+                        pool_started_at = time.time() + boot
                     elif reason is not None:
                         raise JobStalled(f"job {job_id} is stalled: {reason}")
                 if deadline is not None and time.monotonic() > deadline:
