@@ -36,8 +36,8 @@ from rifflux.errors import (
 from rifflux.index.allowed import configured_roots, describe, effective_roots, is_within
 from rifflux.index.scan import glob_mismatch
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
 from rifflux.search.service import SearchService, validate_mode, validate_top_k
+from rifflux.store.jobs import JobRecord
 from rifflux.vectors.cache import VectorCache
 from rifflux.watch.auto import AutoReindexer
 from rifflux.watch.watcher import read_watcher_state
@@ -285,7 +285,7 @@ def reindex(
         "indexed_files": job.files_done,
         "skipped_files": job.files_skipped,
         "deleted_files": job.files_deleted,
-        "skipped": job.options.get("skipped", [])[:MAX_SKIPPED_IN_RESULT],
+        "skipped": job.skipped[:MAX_SKIPPED_IN_RESULT],
         "indexed_paths": [str(root) for root in roots],
         "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
         "embedding_backend": ctx.settings.embedding_backend,

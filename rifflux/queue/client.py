@@ -25,10 +25,12 @@ from dramatiq import Message
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, RootNotFoundError
 from rifflux.index.allowed import configured_roots
-from rifflux.queue import jobs, names, stall
+from rifflux.index.messages import plan_request
+from rifflux.index.pipeline import job_options
+from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
 from rifflux.queue.presence import PresenceStore, presence_store_for
-from rifflux.queue.tasks import job_options
+from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
 log = structlog.get_logger(__name__)
@@ -195,7 +197,7 @@ class IndexQueue:
                 Message(
                     queue_name=names.PLAN_QUEUE,
                     actor_name=names.PLAN_ACTOR,
-                    args=(str(self.db_path), job_id),
+                    args=(plan_request(str(self.db_path), job_id).to_dict(),),
                     kwargs={},
                     options={"on_retry_exhausted": names.PLAN_FAILED_ACTOR},
                 )

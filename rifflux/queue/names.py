@@ -16,3 +16,5 @@ WRITE_ACTOR = "write_batch"
 FAILED_ACTOR = "batch_failed"
 PLAN_FAILED_ACTOR = "plan_failed"
 FINALIZE_ACTOR = "finalize_job"
+# A batch that failed for good without retries (an error retrying cannot fix).
+BATCH_FAILURE_ACTOR = "batch_failure"

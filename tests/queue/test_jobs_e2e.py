@@ -15,10 +15,10 @@ from rifflux_testing import copy_corpus, index_rows, make_settings, wait_until
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
 from rifflux.queue.sqlite_broker import SQLiteBroker
 from rifflux.search.service import SearchService
 from rifflux.store.connection import connect, open_index
+from rifflux.store.jobs import JobRecord
 
 pytestmark = pytest.mark.slow
 
