@@ -1,5 +1,9 @@
 """Worker module for failure-injection tests: the real actors, with a slower or poisoned
-embed step selected by RIFFLUX_TEST_* variables. Run as ``dramatiq rifflux_test_actors``."""
+embed step selected by RIFFLUX_TEST_* variables. Run as ``dramatiq rifflux_test_actors``.
+
+RIFFLUX_TEST_EMBED_DIM gives the embed step an embedder of another dimension (so another
+label) than the job's; RIFFLUX_TEST_EMBED_ATTEMPTS names a file that gets one line per
+embed attempt."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import time
 from typing import Any
 
 from rifflux.embed.base import Embedder
+from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
 from rifflux.index.messages import EmbedRequest, WriteRequest
 from rifflux.store.writer import IndexWriter
@@ -17,6 +22,13 @@ _real_embed = pipeline.embed
 
 
 def _embed(request: EmbedRequest, embedder: Embedder) -> WriteRequest:
+    attempts = os.environ.get("RIFFLUX_TEST_EMBED_ATTEMPTS")
+    if attempts:
+        with open(attempts, "a", encoding="utf-8") as out:
+            out.write(f"{request.batch_no}\n")
+    dim = os.environ.get("RIFFLUX_TEST_EMBED_DIM")
+    if dim:
+        embedder = HashEmbedder(int(dim))
     time.sleep(float(os.environ.get("RIFFLUX_TEST_EMBED_DELAY", "0")))
     poison = os.environ.get("RIFFLUX_TEST_POISON")
     if poison and any(poison in path for path in request.paths):
