@@ -51,8 +51,6 @@ class JobStep:
     job_id: str
     version: int = MESSAGE_VERSION
 
-    KINDS: ClassVar[tuple[str, ...]] = ("plan", "finalize")
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

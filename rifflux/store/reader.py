@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
-from rifflux.store.connection import INDEX_UID_KEY, transaction
+from rifflux.store.connection import INDEX_UID_KEY
 
 # Values per ``IN (...)`` statement: small enough for any SQLite build's variable limit
 # (999 before 3.32), large enough that a 24k-row read is ~50 statements.
@@ -64,14 +63,11 @@ _VECTOR_ROWS = (
 
 
 class IndexReader:
-    """Queries over one connection; callers group several in :meth:`snapshot`."""
+    """Queries over one connection; several queries read one state inside
+    ``transaction(conn, write=False)``."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-
-    def snapshot(self) -> AbstractContextManager[sqlite3.Connection]:
-        """One consistent read of several queries (joins a transaction already open)."""
-        return transaction(self.conn, write=False)
 
     # -- metadata ------------------------------------------------------------------
 
