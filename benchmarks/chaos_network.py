@@ -50,7 +50,7 @@ from test_jobs_e2e import TEST_ACTORS, reference_rows  # noqa: E402
 from rifflux.config import Settings  # noqa: E402
 from rifflux.queue import names  # noqa: E402
 from rifflux.queue.client import IndexQueue  # noqa: E402
-from rifflux.queue.jobs import JobRecord  # noqa: E402
+from rifflux.store.jobs import JobRecord  # noqa: E402
 
 DRAMATIQ_DEFAULTS = "heartbeat_timeout_ms=60000&maintenance_interval_ms=none"
 PARTITION_QUERY = "heartbeat_timeout_ms=3000&maintenance_interval_ms=500"

@@ -189,7 +189,7 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     from rifflux.config import Settings
     from rifflux.search.service import SearchService
     from rifflux.store.connection import open_index
-    from rifflux.store.writer import get_metadata
+    from rifflux.store.reader import get_metadata
 
     conn = open_index(db_path)
     model = get_metadata(conn, "embedding_model") or ""

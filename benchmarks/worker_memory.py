@@ -13,7 +13,7 @@ job        A real reindex job through the SQLite broker, run by ``python -m dram
            (utime + stime from /proc/PID/stat) are read once more when the job is done,
            before the pool is stopped. CPU seconds count from job submission, so the
            workers' idle start-up is excluded and the model load is included.
-inprocess  The same files chunked and embedded by ``rifflux.queue.tasks.embed`` (the
+inprocess  The same files chunked and embedded by ``rifflux.index.pipeline.embed`` (the
            worker's embed step) in a fresh child process, message by message as the
            planner batches them, with the same ONNX thread count as one worker. Reports
            chunks/s, chunks per CPU-second (``resource.getrusage`` of that process) and
@@ -243,22 +243,32 @@ def embed_in_process(corpus: Path, threads: int) -> dict[str, Any]:
     from rifflux.config import Settings
     from rifflux.embed.factory import make_embedder
     from rifflux.index.changes import batch_by_bytes
-    from rifflux.queue.tasks import batch_bytes_for, embed, embed_payload, read_works
+    from rifflux.index.messages import EmbedRequest
+    from rifflux.index.pipeline import batch_bytes_for, embed, read_works
 
     settings = replace(Settings.from_env(), embedding_backend="onnx", onnx_threads=threads)
     paths = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.md"))
-    works, _ = read_works(corpus, paths, settings.max_file_bytes)
+    works, _ = read_works(corpus, paths, settings.max_file_bytes, [corpus.resolve()])
     target = batch_bytes_for(sum(w.size_bytes for w in works), settings.batch_target_bytes)
     payloads = [
-        embed_payload(batch, set(), settings, "onnx:all-MiniLM-L6-v2-int8")
-        for batch in batch_by_bytes(works, target)
+        EmbedRequest(
+            db_path="",
+            job_id="benchmark",
+            batch_no=n,
+            files=tuple(batch),
+            known=(),
+            model="onnx:all-MiniLM-L6-v2-int8",
+            max_chunk_chars=settings.max_chunk_chars,
+            min_chunk_chars=settings.min_chunk_chars,
+        )
+        for n, batch in enumerate(batch_by_bytes(works, target))
     ]
     embedder = make_embedder(settings)
     embedder.embed_batch(["warm-up"])
     rss_after_load = status_kib(os.getpid()).get("VmHWM", 0)
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    chunks = sum(len(embed(payload, embedder)["vectors"]) for payload in payloads)
+    chunks = sum(len(embed(payload, embedder).batch.vectors) for payload in payloads)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -185,7 +185,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
         for error in record.errors:
             print(f"  {error['path'] or '(job)'}: {error['error']}")
-        for skipped in record.options.get("skipped", []):
+        for skipped in record.skipped:
             print(f"  skipped {skipped['path']}: {skipped['reason']}")
     return 0 if record.state == "completed" else EXIT_ERROR
 
@@ -455,8 +455,8 @@ def _cache_line(cache: dict[str, Any]) -> str:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Batches not yet written are dropped; batches already written stay in the index."""
-    from rifflux.queue.jobs import cancel_job
     from rifflux.store.connection import open_index
+    from rifflux.store.jobs import cancel_job
 
     conn = open_index(_settings(args).db_path)
     try:

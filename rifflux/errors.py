@@ -49,3 +49,7 @@ class PathNotAllowedError(RiffluxError):
 
 class BrokerUnavailableError(RiffluxError):
     """The message broker could not be reached or refused the connection."""
+
+
+class MessageVersionError(RiffluxError):
+    """A queue message of another kind or Rifflux version than this worker reads."""

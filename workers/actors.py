@@ -1,7 +1,12 @@
-"""Dramatiq actors for reindex jobs: thin wrappers over ``rifflux.queue.tasks``.
+"""Dramatiq actors for reindex jobs: thin wrappers over ``rifflux.index.pipeline``.
 
 Start workers with ``rifflux worker`` or ``dramatiq workers.actors --processes N``.
 Each worker process loads its embedder once, on the first embed batch it runs.
+
+Every actor takes one encoded message (``rifflux.index.messages``), never positional
+fields. Errors that no retry can fix (``PERMANENT_ERRORS``) are declared ``throws``, so
+Dramatiq fails the message at once instead of retrying it; an embed that fails so
+records its batch as failed (``batch_failure``), as an exhausted retry does.
 """
 
 from __future__ import annotations
@@ -15,7 +20,22 @@ from dramatiq.middleware import CurrentMessage
 
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import make_embedder
-from rifflux.queue import names, tasks
+from rifflux.errors import (
+    EmbeddingModelMismatch,
+    MessageVersionError,
+    NotAnIndexError,
+    SchemaVersionError,
+)
+from rifflux.index import pipeline
+from rifflux.index.messages import (
+    BatchFailure,
+    EmbedRequest,
+    JobStep,
+    WriteRequest,
+    decode_batch_step,
+    finalize_request,
+)
+from rifflux.queue import names
 from workers.setup import settings
 
 log = structlog.get_logger(__name__)
@@ -26,6 +46,15 @@ WRITE_TIME_LIMIT_MS = 10 * 60_000
 PLAN_TIME_LIMIT_MS = 60 * 60_000
 MIN_BACKOFF_MS = 500
 MAX_BACKOFF_MS = 30_000
+
+# Errors a retry cannot fix: another model than the job's, a message of another Rifflux
+# version, an index of another schema version or no index at all.
+PERMANENT_ERRORS = (
+    EmbeddingModelMismatch,
+    MessageVersionError,
+    SchemaVersionError,
+    NotAnIndexError,
+)
 
 _embedder: Embedder | None = None
 _embedder_lock = threading.Lock()
@@ -48,6 +77,10 @@ def last_error(message_data: dict[str, Any], retry_data: dict[str, Any]) -> str:
     return f"{last} (after {retry_data.get('retries', '?')} retries)"
 
 
+def _line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _retries_so_far() -> int:
     message = CurrentMessage.get_current_message()
     return int(message.options.get("retries", 0)) if message is not None else 0
@@ -60,19 +93,21 @@ def _retries_so_far() -> int:
     time_limit=PLAN_TIME_LIMIT_MS,
     min_backoff=MIN_BACKOFF_MS,
     max_backoff=MAX_BACKOFF_MS,
+    throws=PERMANENT_ERRORS,
 )
-def plan_job(db_path: str, job_id: str) -> None:
-    structlog.contextvars.bind_contextvars(job_id=job_id)
+def plan_job(message: dict[str, Any]) -> None:
+    request = JobStep.from_dict(message, "plan")
+    structlog.contextvars.bind_contextvars(job_id=request.job_id)
     try:
 
-        def send_batch(batch_no: int, payload: dict[str, Any]) -> None:
+        def send_batch(batch: EmbedRequest) -> None:
             embed_batch.send_with_options(
-                args=(db_path, job_id, batch_no, payload), on_retry_exhausted=names.FAILED_ACTOR
+                args=(batch.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR
             )
 
-        outcome = tasks.plan(settings, db_path, job_id, send_batch)
+        outcome = pipeline.plan(settings, request, send_batch)
         if outcome.ready_to_finalize:
-            finalize_job.send(db_path, job_id)
+            _send_finalize(request.db_path, request.job_id)
     finally:
         structlog.contextvars.unbind_contextvars("job_id")
 
@@ -84,15 +119,27 @@ def plan_job(db_path: str, job_id: str) -> None:
     time_limit=EMBED_TIME_LIMIT_MS,
     min_backoff=MIN_BACKOFF_MS,
     max_backoff=MAX_BACKOFF_MS,
+    throws=PERMANENT_ERRORS,
 )
-def embed_batch(db_path: str, job_id: str, batch_no: int, payload: dict[str, Any]) -> None:
-    prepared = tasks.embed(payload, process_embedder())
-    write_batch.send_with_options(
-        args=(db_path, job_id, batch_no, prepared),
-        kwargs={"retries": _retries_so_far()},
-        on_retry_exhausted=names.FAILED_ACTOR,
+def embed_batch(message: dict[str, Any]) -> None:
+    request = EmbedRequest.from_dict(message)
+    try:
+        prepared = pipeline.embed(request, process_embedder())
+    except PERMANENT_ERRORS as exc:
+        # Not retried (``throws``): the batch fails now, recorded on the index host.
+        failure = BatchFailure(
+            request.db_path, request.job_id, request.batch_no, tuple(request.paths), _line(exc)
+        )
+        batch_failure.send(failure.to_dict())
+        raise
+    prepared = pipeline.with_retries(prepared, _retries_so_far())
+    write_batch.send_with_options(args=(prepared.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR)
+    log.info(
+        "job.batch_embedded",
+        job_id=request.job_id,
+        batch=request.batch_no,
+        vectors=len(prepared.batch.vectors),
     )
-    log.info("job.batch_embedded", job_id=job_id, batch=batch_no, vectors=len(prepared["vectors"]))
 
 
 @dramatiq.actor(
@@ -102,32 +149,66 @@ def embed_batch(db_path: str, job_id: str, batch_no: int, payload: dict[str, Any
     time_limit=WRITE_TIME_LIMIT_MS,
     min_backoff=MIN_BACKOFF_MS,
     max_backoff=MAX_BACKOFF_MS,
+    throws=PERMANENT_ERRORS,
 )
-def write_batch(
-    db_path: str, job_id: str, batch_no: int, prepared: dict[str, Any], retries: int = 0
-) -> None:
-    if tasks.write(db_path, job_id, batch_no, prepared, retries + _retries_so_far()):
-        finalize_job.send(db_path, job_id)
+def write_batch(message: dict[str, Any]) -> None:
+    request = WriteRequest.from_dict(message)
+    request = pipeline.with_retries(request, request.retries + _retries_so_far())
+    if pipeline.write(request):
+        _send_finalize(request.db_path, request.job_id)
 
 
-@dramatiq.actor(actor_name=names.FAILED_ACTOR, queue_name=names.WRITE_QUEUE, max_retries=8)
+@dramatiq.actor(
+    actor_name=names.FAILED_ACTOR,
+    queue_name=names.WRITE_QUEUE,
+    max_retries=8,
+    throws=PERMANENT_ERRORS,
+)
 def batch_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) -> None:
-    """Dramatiq's on_retry_exhausted callback for a batch that kept failing."""
-    db_path, job_id, batch_no, payload = message_data["args"][:4]
-    paths = [f["rel_path"] for f in payload["files"]]
+    """Dramatiq's on_retry_exhausted callback for an embed or write that kept failing."""
+    request = decode_batch_step(message_data["args"][0])
     error = last_error(message_data, exception_data)
-    if tasks.fail_batch(db_path, job_id, batch_no, paths, error):
-        finalize_job.send(db_path, job_id)
+    failure = BatchFailure(
+        request.db_path, request.job_id, request.batch_no, tuple(request.paths), error
+    )
+    if pipeline.fail_batch(failure):
+        _send_finalize(request.db_path, request.job_id)
 
 
-@dramatiq.actor(actor_name=names.PLAN_FAILED_ACTOR, queue_name=names.WRITE_QUEUE, max_retries=8)
+@dramatiq.actor(
+    actor_name=names.BATCH_FAILURE_ACTOR,
+    queue_name=names.WRITE_QUEUE,
+    max_retries=8,
+    throws=PERMANENT_ERRORS,
+)
+def batch_failure(message: dict[str, Any]) -> None:
+    """Record a batch that failed with an error retrying cannot fix."""
+    failure = BatchFailure.from_dict(message)
+    if pipeline.fail_batch(failure):
+        _send_finalize(failure.db_path, failure.job_id)
+
+
+@dramatiq.actor(
+    actor_name=names.PLAN_FAILED_ACTOR,
+    queue_name=names.WRITE_QUEUE,
+    max_retries=8,
+    throws=PERMANENT_ERRORS,
+)
 def plan_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) -> None:
     """Dramatiq's on_retry_exhausted callback for a plan that kept failing."""
-    db_path, job_id = message_data["args"][:2]
-    error = last_error(message_data, exception_data)
-    tasks.fail_plan(db_path, job_id, error)
+    request = JobStep.from_dict(message_data["args"][0], "plan")
+    pipeline.fail_plan(request, last_error(message_data, exception_data))
 
 
-@dramatiq.actor(actor_name=names.FINALIZE_ACTOR, queue_name=names.PLAN_QUEUE, max_retries=8)
-def finalize_job(db_path: str, job_id: str) -> None:
-    tasks.finalize(db_path, job_id)
+@dramatiq.actor(
+    actor_name=names.FINALIZE_ACTOR,
+    queue_name=names.PLAN_QUEUE,
+    max_retries=8,
+    throws=PERMANENT_ERRORS,
+)
+def finalize_job(message: dict[str, Any]) -> None:
+    pipeline.finalize(JobStep.from_dict(message, "finalize"))
+
+
+def _send_finalize(db_path: str, job_id: str) -> None:
+    finalize_job.send(finalize_request(db_path, job_id).to_dict())

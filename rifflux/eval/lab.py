@@ -26,6 +26,7 @@ from rifflux.eval.runner import ChunkSearch, EvalIndex
 from rifflux.search import lexical
 from rifflux.search.fusion import rrf_fuse
 from rifflux.search.service import SearchService
+from rifflux.store.reader import IndexReader
 
 Hit = tuple[tuple[str, int], float]
 """A chunk key ``(path, chunk_index)`` and a higher-is-better score."""
@@ -240,16 +241,9 @@ class Lab:
 
     def stored_vectors(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
         """The indexed (unit) vectors of chunks ``keys``, read from SQLite."""
-        conn = self.service.connection()
-        rows = [
-            conn.execute(
-                "SELECT e.vec FROM embeddings e JOIN chunks c ON c.chunk_id = e.chunk_id "
-                "JOIN files f ON f.id = c.file_id WHERE f.path = ? AND c.chunk_index = ?",
-                key,
-            ).fetchone()
-            for key in keys
-        ]
-        vectors = [np.frombuffer(row[0], dtype="<f4") for row in rows if row is not None]
+        reader = IndexReader(self.service.connection())
+        blobs = [reader.vector_of_chunk(path, chunk_index) for path, chunk_index in keys]
+        vectors = [np.frombuffer(blob, dtype="<f4") for blob in blobs if blob is not None]
         return l2_normalise(np.stack(vectors)) if vectors else np.zeros((0, self.embedder.dim))
 
     def moved_semantic_hits(

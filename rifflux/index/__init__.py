@@ -1,1 +1,2 @@
-"""Indexing: file scanning, change detection, chunking and embedding batches."""
+"""Indexing: file scanning, change detection, chunking, embedding batches, and the
+pipeline (plan / embed / write / finalize) with its typed queue messages."""

@@ -1,16 +1,16 @@
 """In-process indexing: scan → change detection → chunk + embed → write, batch by batch.
 
-The queue workers run the same stages split across actors; this module runs them in
-one process (tests, ``rifflux eval``, and as the reference the workers must match).
+The queue workers run the same stages of :mod:`rifflux.index.pipeline` split across
+actors; this module runs them back to back in one process (tests, ``rifflux eval``, and
+as the reference the workers must match).
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,29 +20,12 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
-from rifflux.errors import EmbeddingModelMismatch
-from rifflux.index.changes import (
-    Decision,
-    FileWork,
-    Tally,
-    batch_by_bytes,
-    decide,
-    load_states,
-    paths_to_prune,
-    sort_decisions,
-)
+from rifflux.index.changes import FileWork, batch_by_bytes
+from rifflux.index.pipeline import doomed_paths, refresh_unchanged, survey
 from rifflux.index.prepare import prepare_batch
-from rifflux.index.scan import ScanResult, SkippedFile, scan_roots
+from rifflux.index.scan import SkippedFile
 from rifflux.store.connection import open_index
-from rifflux.store.own_files import IndexFiles
-from rifflux.store.writer import (
-    apply_batch,
-    apply_metadata_updates,
-    delete_files,
-    get_metadata,
-    known_vector_hashes,
-    set_metadata,
-)
+from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish_quietly
 
 log = structlog.get_logger(__name__)
@@ -70,63 +53,6 @@ class IndexReport:
         data = asdict(self)
         data["skipped"] = [{"path": s.rel_path, "reason": s.reason} for s in self.skipped]
         return data
-
-
-def resolve_base_dir(conn: sqlite3.Connection, settings: Settings) -> Path:
-    """The directory stored paths are relative to; recorded in the index on first use."""
-    stored = get_metadata(conn, "base_dir")
-    if settings.base_dir is not None:
-        base = Path(os.path.abspath(settings.base_dir))
-    elif stored:
-        base = Path(stored)
-    else:
-        base = Path(os.getcwd())
-    if stored != base.as_posix():
-        conn.execute("BEGIN IMMEDIATE")
-        set_metadata(conn, "base_dir", base.as_posix())
-        conn.execute("COMMIT")
-    return base
-
-
-def check_embedding_model(conn: sqlite3.Connection, label: str, *, force: bool) -> None:
-    """Refuse to mix vectors of two models in one index unless re-embedding everything."""
-    stored = get_metadata(conn, "embedding_model")
-    if stored and stored != label and not force:
-        raise EmbeddingModelMismatch(
-            f"the index was embedded with {stored!r} but the configured embedder is "
-            f"{label!r}; reindex with `rifflux index --force PATH...` to re-embed it"
-        )
-
-
-def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]) -> ScanResult:
-    """Scan ``roots``; symlinks are followed only into them or ``settings.allowed_roots``."""
-    base = resolve_base_dir(conn, settings)
-    return scan_roots(
-        roots,
-        base_dir=base,
-        include_globs=settings.include_globs,
-        exclude_globs=settings.exclude_globs,
-        index_files=IndexFiles.for_settings(settings),
-        link_roots=[Path(p) for p in settings.allowed_roots],
-    )
-
-
-def decide_all(
-    conn: sqlite3.Connection, scan: ScanResult, settings: Settings, *, force: bool
-) -> Iterator[Decision]:
-    """Decisions for every scanned file, lazily (a changed file's text is read here)."""
-    states = load_states(conn.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files"))
-    for scanned in scan.files:
-        yield decide(
-            scanned,
-            states.get(scanned.rel_path),
-            force=force,
-            max_file_bytes=settings.max_file_bytes,
-        )
-
-
-def stored_paths(conn: sqlite3.Connection) -> list[str]:
-    return [row[0] for row in conn.execute("SELECT path FROM files")]
 
 
 class Indexer:
@@ -179,16 +105,14 @@ class Indexer:
         conn = open_index(self.settings.db_path)
         try:
             label = self.embedder_label
-            check_embedding_model(conn, label, force=force)
-            scan = scan_for(conn, self.settings, root_paths)
+            found = survey(conn, self.settings, root_paths, label=label, force=force)
+            scan, tally = found.scan, found.tally
             report = IndexReport(
                 roots=scan.root_prefixes, embedding_model=label, files_scanned=len(scan.files)
             )
             report.skipped.extend(scan.skipped)
-            tally = Tally()
-            works = sort_decisions(decide_all(conn, scan, self.settings, force=force), tally)
             indexed = 0
-            for batch_works in batch_by_bytes(works, self.settings.batch_target_bytes):
+            for batch_works in batch_by_bytes(found.works, self.settings.batch_target_bytes):
                 self._index_batch(conn, batch_works, label, report)
                 indexed += len(batch_works)
                 if progress is not None:
@@ -196,10 +120,10 @@ class Indexer:
                     progress(done, len(scan.files))
             report.skipped.extend(SkippedFile(d.rel_path, d.reason) for d in tally.skipped)
             report.files_unchanged = tally.unchanged
-            report.files_metadata_only = apply_metadata_updates(conn, tally.metadata)
+            report.files_metadata_only = refresh_unchanged(conn, tally)
             if prune_missing:
-                doomed = paths_to_prune(stored_paths(conn), tally.kept, scan.root_prefixes)
-                report.files_deleted = delete_files(conn, doomed) if doomed else 0
+                doomed = doomed_paths(conn, found)
+                report.files_deleted = IndexWriter(conn).delete_files(doomed) if doomed else 0
             if progress is not None:
                 progress(len(scan.files), len(scan.files))
         finally:
@@ -221,7 +145,8 @@ class Indexer:
     def _index_batch(
         self, conn: sqlite3.Connection, works: list[FileWork], label: str, report: IndexReport
     ) -> None:
-        known = known_vector_hashes(conn, [w.rel_path for w in works], label)
+        writer = IndexWriter(conn)
+        known = writer.known_vector_hashes([w.rel_path for w in works], label)
         batch = prepare_batch(
             works,
             embedder=self.embedder,
@@ -229,7 +154,7 @@ class Indexer:
             min_chars=self.settings.min_chunk_chars,
             known_hashes=known,
         )
-        stats = apply_batch(conn, batch)
+        stats = writer.apply_batch(batch)
         report.files_indexed += stats.files_written
         report.chunks_written += stats.chunks_written
         report.vectors_new += stats.vectors_new

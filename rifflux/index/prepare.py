@@ -7,86 +7,13 @@ section of a long file embeds only that section's chunks.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
 
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
 from rifflux.index.chunker import chunk_document, chunk_id_for
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedChunk:
-    chunk_id: str
-    chunk_index: int
-    heading_path: str
-    content: str
-    embed_sha256: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedFile:
-    rel_path: str
-    mtime_ns: int
-    size_bytes: int
-    sha256: str
-    chunks: list[PreparedChunk]
-
-
-@dataclass(slots=True)
-class PreparedBatch:
-    files: list[PreparedFile]
-    model: str
-    dim: int
-    # embed_sha256 → float32 row, for the texts embedded by this batch only.
-    vectors: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def to_payload(self) -> dict[str, Any]:
-        """A JSON-safe dict; vectors travel as base64 of raw little-endian float32."""
-        return {
-            "model": self.model,
-            "dim": self.dim,
-            "files": [
-                {
-                    "rel_path": f.rel_path,
-                    "mtime_ns": f.mtime_ns,
-                    "size_bytes": f.size_bytes,
-                    "sha256": f.sha256,
-                    "chunks": [
-                        [c.chunk_id, c.chunk_index, c.heading_path, c.content, c.embed_sha256]
-                        for c in f.chunks
-                    ],
-                }
-                for f in self.files
-            ],
-            "vectors": {
-                key: base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii")
-                for key, vec in self.vectors.items()
-            },
-        }
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> PreparedBatch:
-        files = [
-            PreparedFile(
-                f["rel_path"],
-                int(f["mtime_ns"]),
-                int(f["size_bytes"]),
-                f["sha256"],
-                [PreparedChunk(c[0], int(c[1]), c[2], c[3], c[4]) for c in f["chunks"]],
-            )
-            for f in payload["files"]
-        ]
-        vectors = {
-            key: np.frombuffer(base64.b64decode(raw), dtype="<f4").astype(np.float32)
-            for key, raw in payload["vectors"].items()
-        }
-        return cls(files, payload["model"], int(payload["dim"]), vectors)
+from rifflux.store.rows import PreparedBatch, PreparedChunk, PreparedFile
 
 
 def embedding_input(heading_path: str, content: str) -> str:

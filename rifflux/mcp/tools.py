@@ -36,9 +36,9 @@ from rifflux.errors import (
 from rifflux.index.allowed import configured_roots, describe, effective_roots, is_within
 from rifflux.index.scan import glob_mismatch
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
+from rifflux.store.jobs import JobRecord
 from rifflux.watch.auto import AutoReindexer
 
 log = structlog.get_logger(__name__)
@@ -273,7 +273,7 @@ def reindex(
         "indexed_files": job.files_done,
         "skipped_files": job.files_skipped,
         "deleted_files": job.files_deleted,
-        "skipped": job.options.get("skipped", [])[:MAX_SKIPPED_IN_RESULT],
+        "skipped": job.skipped[:MAX_SKIPPED_IN_RESULT],
         "indexed_paths": [str(root) for root in roots],
         "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
         "embedding_backend": ctx.settings.embedding_backend,

@@ -24,10 +24,11 @@ import structlog
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, RootNotFoundError
 from rifflux.index.allowed import configured_roots
-from rifflux.queue import jobs, names, stall
+from rifflux.index.pipeline import job_options
+from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
 from rifflux.queue.presence import PresenceStore, presence_store_for
-from rifflux.queue.tasks import job_options
+from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
 log = structlog.get_logger(__name__)

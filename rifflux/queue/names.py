@@ -7,6 +7,8 @@ embed-only host starts its workers with ``--queues rifflux_embed``.
 
 from dramatiq import Message
 
+from rifflux.index.messages import plan_request
+
 PLAN_QUEUE = "rifflux_plan"
 EMBED_QUEUE = "rifflux_embed"
 WRITE_QUEUE = "rifflux_write"
@@ -19,6 +21,8 @@ WRITE_ACTOR = "write_batch"
 FAILED_ACTOR = "batch_failed"
 PLAN_FAILED_ACTOR = "plan_failed"
 FINALIZE_ACTOR = "finalize_job"
+# A batch that failed for good without retries (an error retrying cannot fix).
+BATCH_FAILURE_ACTOR = "batch_failure"
 
 
 def plan_message(db_path: str, job_id: str) -> Message:
@@ -27,7 +31,7 @@ def plan_message(db_path: str, job_id: str) -> Message:
     return Message(
         queue_name=PLAN_QUEUE,
         actor_name=PLAN_ACTOR,
-        args=(db_path, job_id),
+        args=(plan_request(db_path, job_id).to_dict(),),
         kwargs={},
         options={"on_retry_exhausted": PLAN_FAILED_ACTOR},
     )

@@ -55,7 +55,8 @@ from dramatiq.common import dq_name
 from dramatiq.errors import DecodeError
 from dramatiq.middleware import Middleware
 
-from rifflux.queue import jobs, names
+from rifflux.queue import names
+from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
 log = structlog.get_logger(__name__)
@@ -138,9 +139,11 @@ def job_of(data: bytes) -> str | None:
         args = list(Message.decode(data).args)
     except DecodeError:
         return None
-    if args and isinstance(args[0], dict):
+    if args and isinstance(args[0], dict) and "args" in args[0]:
+        # A failure callback: its first argument is the failed message's data.
         args = list(args[0].get("args") or [])
-    return args[1] if len(args) > 1 and isinstance(args[1], str) else None
+    job_id = args[0].get("job_id") if args and isinstance(args[0], dict) else None
+    return job_id if isinstance(job_id, str) else None
 
 
 def jobs_with_messages(broker: DramatiqRedisBroker, job_ids: Iterable[str]) -> set[str]:

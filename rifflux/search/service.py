@@ -40,7 +40,7 @@ from rifflux.search.lexical import lexical_search
 from rifflux.search.request import SearchRequest, check_mode, check_query, check_top_k
 from rifflux.store.connection import damaged_index, is_damage_error, open_index_readonly
 from rifflux.store.integrity import quick_check
-from rifflux.store.writer import current_generation, get_metadata
+from rifflux.store.reader import current_generation, get_metadata
 from rifflux.vectors.cache import VectorCache
 from rifflux.vectors.segments import CacheCorrupt, forget_verified
 

@@ -1,1 +1,2 @@
-"""SQLite storage: schema, connections, busy retry, and the queries on them."""
+"""SQLite storage: schema, connections, ``transaction()`` with busy retry, and every query
+on the index tables (``IndexReader``, ``IndexWriter``, job records)."""

@@ -1,8 +1,14 @@
 """The one way to open an SQLite database and the one way to retry when it is busy.
 
-Connections run in autocommit mode (``isolation_level=None``); writes go through
-:func:`write_transaction`, which takes the write lock up front with ``BEGIN IMMEDIATE``
-so two writers never deadlock upgrading a read lock.
+Connections run in autocommit mode (``isolation_level=None``). Index code opens every
+transaction with :func:`transaction`: a write takes the write lock up front with
+``BEGIN IMMEDIATE`` (so two writers never deadlock upgrading a read lock), retried with
+backoff while another writer holds it; a nested call becomes a ``SAVEPOINT``, so a
+function that writes in a transaction can be called alone or inside a caller's. Once
+``BEGIN IMMEDIATE`` holds the lock in WAL mode no statement of the body can meet a busy
+lock, so retrying the ``BEGIN`` is retrying the whole transaction.
+:func:`write_transaction` (no retry) is the primitive the queue databases' modules wrap
+in :func:`retry_on_busy` themselves.
 
 Reads never write: :func:`open_index_readonly` opens with SQLite's ``mode=ro`` URI, so
 a search can create no file, no directory and no schema, and a file that is not a
@@ -34,7 +40,7 @@ from rifflux.errors import (
     NotAnIndexError,
     SchemaVersionError,
 )
-from rifflux.store.schema import SCHEMA_SQL, SCHEMA_VERSION
+from rifflux.store.schema import ADDED_COLUMNS, BACKFILL_SQL, SCHEMA_SQL, SCHEMA_VERSION
 
 log = structlog.get_logger(__name__)
 
@@ -153,6 +159,48 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
+@contextmanager
+def transaction(
+    conn: sqlite3.Connection,
+    *,
+    write: bool = True,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> Iterator[sqlite3.Connection]:
+    """The one transaction of index code: commit on success, roll back on any exception.
+
+    ``write``: ``BEGIN IMMEDIATE``, retried on ``database is locked``/``busy`` with
+    capped exponential backoff (``on_retry`` hears about every retry). Inside an open
+    transaction it nests as a ``SAVEPOINT``: an exception rolls back only the nested part
+    and propagates. ``write=False``: one consistent read snapshot (deferred ``BEGIN``)
+    for several reads; inside an open transaction it simply joins it.
+    """
+    if conn.in_transaction:
+        if not write:
+            yield conn
+            return
+        name = f"rifflux_sp_{secrets.token_hex(4)}"
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
+        conn.execute(f"RELEASE {name}")
+        return
+    if write:
+        retry_on_busy(lambda: conn.execute("BEGIN IMMEDIATE"), on_retry=on_retry)
+    else:
+        conn.execute("BEGIN")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def _stored_version(conn: sqlite3.Connection) -> int | None:
     has_meta = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type='table' AND name='index_metadata'"
@@ -184,26 +232,43 @@ def open_index(path: Path | str) -> sqlite3.Connection:
                 )
             _use_wal(conn)
 
-            def create() -> None:
-                with write_transaction(conn):
-                    for statement in _split_sql(SCHEMA_SQL):
-                        conn.execute(statement)
-                    # The vector cache's uid is born with the schema, so a search (which
-                    # opens the index read-only) can always publish the cache files.
-                    conn.execute(
-                        "INSERT OR IGNORE INTO index_metadata(key, value) VALUES "
-                        "('schema_version', ?), ('generation', '0'), (?, ?)",
-                        (str(SCHEMA_VERSION), INDEX_UID_KEY, secrets.token_hex(8)),
-                    )
-
-            retry_on_busy(create)
+            with transaction(conn):
+                for statement in _split_sql(SCHEMA_SQL):
+                    conn.execute(statement)
+                # The vector cache's uid is born with the schema, so a search (which
+                # opens the index read-only) can always publish the cache files.
+                conn.execute(
+                    "INSERT OR IGNORE INTO index_metadata(key, value) VALUES "
+                    "('schema_version', ?), ('generation', '0'), (?, ?)",
+                    (str(SCHEMA_VERSION), INDEX_UID_KEY, secrets.token_hex(8)),
+                )
         else:
             _check_version(db_path, version)
             _use_wal(conn)
+            _add_missing_columns(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Additive migrations within one schema version: add the columns an older index lacks.
+
+    Idempotent, and a no-op (one ``PRAGMA table_info`` per table) when nothing is missing.
+    """
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+        missing = [(name, decl) for name, decl in columns if name not in have]
+        if not missing:
+            continue
+        with transaction(conn):
+            have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+            for name, decl in missing:
+                if name not in have:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+            for statement in BACKFILL_SQL.get(table, ()):
+                conn.execute(statement)
 
 
 def _check_version(db_path: Path, version: int) -> None:

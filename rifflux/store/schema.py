@@ -3,6 +3,10 @@
 ``chunks_fts`` is an external-content FTS5 table: it stores only the inverted index
 and reads column text back from ``chunks``. Triggers keep it in step with every
 insert, update and delete on ``chunks`` (including deletes cascaded from ``files``).
+
+Columns added within a schema version are listed in ``ADDED_COLUMNS``: opening an older
+index adds them (``ALTER TABLE ... ADD COLUMN``, idempotent) instead of asking for a
+rebuild; ``BACKFILL_SQL`` then fills them from what older versions stored.
 """
 
 from __future__ import annotations
@@ -89,6 +93,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     batches_done    INTEGER NOT NULL DEFAULT 0,
     retries         INTEGER NOT NULL DEFAULT 0,
     errors          TEXT NOT NULL DEFAULT '[]',
+    -- The plan step's results, apart from the submitted settings in ``options``.
+    planned         INTEGER NOT NULL DEFAULT 0,
+    skipped         TEXT NOT NULL DEFAULT '[]',
+    prune_paths     TEXT NOT NULL DEFAULT '[]',
     created_at      REAL NOT NULL,
     started_at      REAL,
     finished_at     REAL,
@@ -107,3 +115,23 @@ CREATE TABLE IF NOT EXISTS job_batches (
     PRIMARY KEY (job_id, batch_no)
 );
 """
+
+# table -> (column, declaration) added since the table was first created, in order.
+ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "jobs": (
+        ("planned", "INTEGER NOT NULL DEFAULT 0"),
+        ("skipped", "TEXT NOT NULL DEFAULT '[]'"),
+        ("prune_paths", "TEXT NOT NULL DEFAULT '[]'"),
+    ),
+}
+
+# Run once, right after a table's columns were added: older versions kept the plan's
+# results in the job's ``options`` JSON.
+BACKFILL_SQL: dict[str, tuple[str, ...]] = {
+    "jobs": (
+        "UPDATE jobs SET planned = 1, "
+        "skipped = COALESCE(json_extract(options, '$.skipped'), '[]'), "
+        "prune_paths = COALESCE(json_extract(options, '$.prune_paths'), '[]') "
+        "WHERE json_extract(options, '$.planned')",
+    ),
+}

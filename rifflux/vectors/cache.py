@@ -52,10 +52,10 @@ from typing import Any
 import numpy as np
 import structlog
 
-from rifflux.store.writer import get_metadata
+from rifflux.store.connection import transaction
+from rifflux.store.reader import IndexReader, get_metadata
 from rifflux.vectors.publish import (
     INDEX_UID_KEY,
-    READ_CHUNK,
     index_head,
     list_rowids,
     list_rows,
@@ -177,24 +177,14 @@ def rows_mismatch(
 
 def _index_state(conn: sqlite3.Connection) -> tuple[int, str | None]:
     """(generation, cache uid) in one read."""
-    rows = conn.execute(
-        "SELECT key, value FROM index_metadata WHERE key IN ('generation', ?)", (INDEX_UID_KEY,)
-    ).fetchall()
-    values = {row[0]: row[1] for row in rows}
-    return int(values.get("generation", 0)), values.get(INDEX_UID_KEY)
+    return IndexReader(conn).generation_and_uid()
 
 
 @contextlib.contextmanager
 def read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """One consistent snapshot for several reads (joins a transaction already open)."""
-    if conn.in_transaction:
+    with transaction(conn, write=False):
         yield
-        return
-    conn.execute("BEGIN")
-    try:
-        yield
-    finally:
-        conn.execute("COMMIT")
 
 
 def memory_view(conn: sqlite3.Connection, model: str) -> CacheView:
@@ -433,15 +423,6 @@ def _still_current(
 ) -> Callable[[Candidate], bool]:
     """A predicate: does the candidate's chunk row still exist, unchanged, with a vector?"""
     ids = sorted({c.row_id for c in candidates})
-    current: dict[int, int] = {}
-    for start in range(0, len(ids), READ_CHUNK):
-        part = ids[start : start + READ_CHUNK]
-        marks = ",".join("?" * len(part))
-        rows = conn.execute(
-            "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM chunks c "
-            "JOIN files f ON f.id = c.file_id JOIN embeddings e ON e.chunk_id = c.chunk_id "
-            f"WHERE e.model = ? AND c.id IN ({marks})",
-            (model, *part),
-        )
-        current.update((int(r[0]), row_ident(r[0], r[1], r[2], r[3])) for r in rows)
+    rows = IndexReader(conn).vector_rows_of_rowids(ids, model)
+    current = {int(r[0]): row_ident(r[0], r[1], r[2], r[3]) for r in rows}
     return lambda c: current.get(c.row_id) == c.ident

@@ -1,6 +1,6 @@
 """Publish the vector cache for the index's current generation.
 
-Only writers call :func:`publish`: when a job finalizes (``rifflux.queue.tasks.finalize``),
+Only writers call :func:`publish`: when a job finalizes (``rifflux.index.pipeline.finalize``),
 at the end of an in-process :class:`~rifflux.index.indexer.Indexer` run, and in
 ``rifflux index --repair``. Searches never publish (:mod:`rifflux.vectors.cache` only
 loads published generations), so publishing is the one place that writes the cache
@@ -55,10 +55,10 @@ import structlog
 from rifflux.store.connection import (
     INDEX_UID_KEY,
     open_index,
-    retry_on_busy,
-    write_transaction,
+    transaction,
 )
-from rifflux.store.writer import current_generation, get_metadata, set_metadata
+from rifflux.store.reader import IndexReader
+from rifflux.store.writer import IndexWriter
 from rifflux.vectors.segments import (
     LOCK_NAME,
     MANIFEST_NAME,
@@ -90,8 +90,6 @@ COMPACT_FRACTION = 0.2
 MAX_SEGMENTS = 8
 # Temporary files of a publisher that died are removed after this many seconds.
 TMP_MAX_AGE_SECONDS = 3600.0
-# Chunk rowids per ``IN (...)`` query when reading vectors.
-READ_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,48 +133,22 @@ def publish_lock(directory: Path, *, blocking: bool = True) -> Iterator[bool]:
 
 def ensure_index_uid(conn: sqlite3.Connection) -> str:
     """The database's cache uid, created on first use (no generation bump)."""
-    uid = get_metadata(conn, INDEX_UID_KEY)
+    uid = IndexReader(conn).metadata(INDEX_UID_KEY)
     if uid:
         return uid
-
-    def create() -> str:
-        with write_transaction(conn):
-            existing = get_metadata(conn, INDEX_UID_KEY)
-            if existing:
-                return existing
-            fresh = secrets.token_hex(8)
-            set_metadata(conn, INDEX_UID_KEY, fresh)
-            return fresh
-
-    return retry_on_busy(create)
-
-
-def stored_dim(conn: sqlite3.Connection, model: str) -> int:
-    dim = get_metadata(conn, "embedding_dim")
-    if dim:
-        return int(dim)
-    row = conn.execute("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (model,)).fetchone()
-    return int(row[0]) if row else 0
+    return IndexWriter(conn).set_metadata_if_absent(INDEX_UID_KEY, secrets.token_hex(8))
 
 
 def index_head(conn: sqlite3.Connection) -> tuple[int, str | None, int]:
     """(generation, embedding model, dimension) of the index."""
-    model = get_metadata(conn, "embedding_model")
-    return current_generation(conn), model, stored_dim(conn, model) if model else 0
+    reader = IndexReader(conn)
+    model = reader.metadata("embedding_model")
+    return reader.generation(), model, reader.embedding_dim(model) if model else 0
 
 
 def list_rows(conn: sqlite3.Connection, generation: int, model: str | None, dim: int) -> DbRows:
     """Every chunk row with a ``model`` vector (call inside the read transaction)."""
-    rows = (
-        conn.execute(
-            "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM chunks c "
-            "JOIN files f ON f.id = c.file_id JOIN embeddings e ON e.chunk_id = c.chunk_id "
-            "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
-            (model, dim),
-        ).fetchall()
-        if model
-        else []
-    )
+    rows = IndexReader(conn).vector_rows(model, dim) if model else []
     n = len(rows)
     return DbRows(
         generation=generation,
@@ -194,28 +166,15 @@ def list_rowids(conn: sqlite3.Connection, model: str | None, dim: int) -> np.nda
     of :func:`list_rows` (no paths, no hashing)."""
     if not model:
         return np.zeros(0, np.int64)
-    rows = conn.execute(
-        "SELECT c.id FROM chunks c JOIN embeddings e ON e.chunk_id = c.chunk_id "
-        "WHERE e.model = ? AND e.dim = ?",
-        (model, dim),
-    )
-    return np.sort(np.fromiter((r[0] for r in rows), dtype=np.int64))
+    return np.sort(np.fromiter(IndexReader(conn).vector_rowids(model, dim), dtype=np.int64))
 
 
 def read_vectors(conn: sqlite3.Connection, rowids: np.ndarray, model: str, dim: int) -> np.ndarray:
     """Normalised vectors of ``rowids``, in that order."""
     out = np.empty((len(rowids), dim), dtype=np.float32)
     where = {int(r): i for i, r in enumerate(rowids)}
-    ids = list(where)
-    for start in range(0, len(ids), READ_CHUNK):
-        part = ids[start : start + READ_CHUNK]
-        marks = ",".join("?" * len(part))
-        for rowid, blob in conn.execute(
-            "SELECT c.id, e.vec FROM chunks c JOIN embeddings e ON e.chunk_id = c.chunk_id "
-            f"WHERE e.model = ? AND c.id IN ({marks})",
-            (model, *part),
-        ):
-            out[where[int(rowid)]] = np.frombuffer(blob, dtype="<f4", count=dim)
+    for rowid, blob in IndexReader(conn).vectors_of_rowids(where, model):
+        out[where[int(rowid)]] = np.frombuffer(blob, dtype="<f4", count=dim)
     return normalize_rows(out)
 
 
@@ -282,8 +241,7 @@ def _publish_locked(
     current, segments, discarded = _open_current(directory)
     if full:
         discarded = "a full republish was asked for"
-    conn.execute("BEGIN")
-    try:
+    with transaction(conn, write=False):
         generation, model, dim = index_head(conn)
         reusable = (
             discarded is None
@@ -308,8 +266,6 @@ def _publish_locked(
             if db.model and plan.added.any()
             else np.zeros((0, db.dim), np.float32)
         )
-    finally:
-        conn.execute("COMMIT")
 
     refs = list(current.segments) if reusable and current is not None else []
     new_refs: list[SegmentRef] = []

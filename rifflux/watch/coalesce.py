@@ -15,7 +15,7 @@ from typing import Protocol
 
 import structlog
 
-from rifflux.queue.jobs import JobRecord
+from rifflux.store.jobs import JobRecord
 
 log = structlog.get_logger(__name__)
 

@@ -25,9 +25,10 @@ import watchfiles
 
 from rifflux.config import Settings
 from rifflux.index.scan import matches_any
-from rifflux.store.connection import open_index, retry_on_busy, write_transaction
+from rifflux.store.connection import open_index
 from rifflux.store.own_files import IndexFiles
-from rifflux.store.writer import get_metadata, set_metadata
+from rifflux.store.reader import get_metadata
+from rifflux.store.writer import IndexWriter
 from rifflux.watch.coalesce import JobCoalescer, JobQueue
 
 log = structlog.get_logger(__name__)
@@ -242,11 +243,6 @@ class FileWatcher:
             log.warning("watch.state_not_saved", exc_info=True)
             return
         try:
-
-            def run() -> None:
-                with write_transaction(conn):
-                    set_metadata(conn, WATCHER_STATE_KEY, payload)
-
-            retry_on_busy(run)
+            IndexWriter(conn).set_metadata(WATCHER_STATE_KEY, payload)
         finally:
             conn.close()

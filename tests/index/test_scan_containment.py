@@ -89,7 +89,7 @@ def test_a_link_to_a_sibling_with_a_common_prefix_is_outside(tmp_path: Path) -> 
 
 
 def test_a_planned_file_swapped_for_a_symlink_out_is_not_read(tmp_path: Path) -> None:
-    from rifflux.queue.tasks import read_works
+    from rifflux.index.pipeline import read_works
 
     work, secret = make_tree(tmp_path)
     planned = work / "notes" / "plain.md"

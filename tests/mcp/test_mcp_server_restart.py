@@ -16,7 +16,7 @@ from test_mcp_http import free_port, http_session, wait_until_listening
 
 from rifflux.index.indexer import Indexer
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
+from rifflux.store.jobs import JobRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 

@@ -26,8 +26,8 @@ from rifflux.errors import (
 from rifflux.mcp import tools
 from rifflux.mcp.server import tool_error_message, transport_security, validation_message
 from rifflux.mcp.tools import ToolContext
-from rifflux.queue.jobs import JobRecord
 from rifflux.store.connection import open_index
+from rifflux.store.jobs import JobRecord
 
 RESULT_KEYS = {"chunk_id", "path", "heading_path", "chunk_index", "content", "score_breakdown"}
 BREAKDOWN_KEYS = {

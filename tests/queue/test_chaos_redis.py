@@ -19,7 +19,7 @@ from test_jobs_e2e import TEST_ACTORS, reference_rows
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
+from rifflux.store.jobs import JobRecord
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ from rifflux_testing import queue_settings as shared_queue_settings
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
 from rifflux.queue.sqlite_broker import SQLiteBroker
 from rifflux.search.service import SearchService
 from rifflux.store.connection import connect, open_index
+from rifflux.store.jobs import JobRecord
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +102,27 @@ def test_a_locked_database_is_retried_until_the_batch_lands(tmp_path: Path, star
     assert record.state == "completed", record.errors
     assert record.retries >= 1
     assert record.files_done == 40
+
+
+def test_an_embedder_of_another_model_fails_each_batch_once_without_retries(
+    tmp_path: Path, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    settings = queue_settings(tmp_path)
+    attempts = tmp_path / "attempts.txt"
+    start_workers(
+        settings,
+        module=TEST_ACTORS,
+        RIFFLUX_TEST_EMBED_DIM="8",
+        RIFFLUX_TEST_EMBED_ATTEMPTS=str(attempts),
+    )
+    record = run_job(settings, corpus)
+    assert record.state == "failed"
+    assert record.files_failed == 30 and record.batches_done == record.batches_total > 1
+    assert all("EmbeddingModelMismatch" in e["error"] for e in record.errors), record.errors
+    # One attempt per batch: EmbeddingModelMismatch is declared `throws`, not retried.
+    tried = attempts.read_text().split()
+    assert sorted(tried, key=int) == [str(n) for n in range(record.batches_total)]
 
 
 def test_a_batch_that_always_fails_is_dead_lettered_and_fails_the_job(

@@ -11,10 +11,11 @@ from dramatiq import Message
 from private_redis import PrivateRedis, redis_server_available
 from rifflux_testing import wait_until
 
-from rifflux.queue import jobs, names
+from rifflux.queue import names
 from rifflux.queue.brokers import make_broker
 from rifflux.queue.redis_maintenance import RedisBroker, job_of, resend_lost_jobs
-from rifflux.store.connection import open_index, write_transaction
+from rifflux.store import jobs
+from rifflux.store.connection import open_index, transaction
 
 QUEUE = "rifflux_test_lease"
 
@@ -82,7 +83,7 @@ def test_audit_resends_the_plan_only_of_unfinished_jobs_with_no_message_left(
     db = tmp_path / "index.db"
     conn = open_index(db)
     lost, moving, done = (jobs.create_job(conn, [str(tmp_path)], {}) for _ in range(3))
-    with write_transaction(conn):
+    with transaction(conn):
         jobs.update_job(conn, done, state="completed")
     conn.close()
     broker = broker_for(private_redis, "")
@@ -91,7 +92,7 @@ def test_audit_resends_the_plan_only_of_unfinished_jobs_with_no_message_left(
         Message(
             queue_name=names.WRITE_QUEUE,
             actor_name=names.WRITE_ACTOR,
-            args=(str(db), moving, 0, {}),
+            args=({"kind": "write", "db_path": str(db), "job_id": moving, "batch_no": 0},),
             kwargs={},
             options={},
         )

@@ -1,3 +1,4 @@
+import json
 import sqlite3
 from pathlib import Path
 
@@ -5,6 +6,7 @@ import pytest
 
 from rifflux.errors import SchemaVersionError
 from rifflux.store.connection import open_index, write_transaction
+from rifflux.store.jobs import get_job
 from rifflux.store.schema import SCHEMA_VERSION
 
 
@@ -70,3 +72,32 @@ def test_unversioned_old_index_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(SchemaVersionError, match="no schema version"):
         open_index(db)
+
+
+def test_an_index_without_the_job_plan_columns_gets_them_filled_from_options(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "index.db"
+    conn = open_index(db)
+    options = {"force": False, "planned": True, "skipped": [{"path": "a", "reason": "binary"}]}
+    options["prune_paths"] = ["docs/gone.md"]
+    with write_transaction(conn):
+        for job_id, opts in (("old", options), ("queued", {"force": False})):
+            conn.execute(
+                "INSERT INTO jobs(id, roots, options, state, created_at, updated_at) "
+                "VALUES (?, '[]', ?, 'running', 0, 0)",
+                (job_id, json.dumps(opts)),
+            )
+    # The jobs table as the previous Rifflux created it.
+    for column in ("planned", "skipped", "prune_paths"):
+        conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+    conn.close()
+
+    for _ in range(2):  # idempotent: the second open changes nothing
+        conn = open_index(db)
+        old, queued = get_job(conn, "old"), get_job(conn, "queued")
+        conn.close()
+        assert old is not None and queued is not None
+        assert old.planned and old.prune_paths == ["docs/gone.md"]
+        assert old.skipped == [{"path": "a", "reason": "binary"}]
+        assert (queued.planned, queued.skipped, queued.prune_paths) == (False, [], [])

@@ -12,9 +12,11 @@ from rifflux_testing import make_settings
 
 from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
+from rifflux.index import pipeline
 from rifflux.index.indexer import Indexer
-from rifflux.queue import jobs, tasks
+from rifflux.index.messages import EmbedRequest, finalize_request, plan_request
 from rifflux.search.service import SearchService
+from rifflux.store import jobs
 from rifflux.store.connection import open_index
 from rifflux.vectors.publish import publish
 from rifflux.vectors.segments import read_manifest, vectors_dir
@@ -211,16 +213,16 @@ def test_a_job_finalize_publishes_before_the_job_reads_completed(cfg: Settings, 
     (root / "new.md").write_text("# Xylophonic\n\nxylophonic quixotry zeugmatic words\n")
     (root / "garden.md").unlink()
     db = str(cfg.db_path)
-    options = tasks.job_options(cfg, force=False, prune_missing=True)
+    options = pipeline.job_options(cfg, force=False, prune_missing=True)
     conn = open_index(cfg.db_path)
     job_id = jobs.create_job(conn, [str(root)], options)
     conn.close()
-    sent: list[tuple[int, dict[str, Any]]] = []
-    tasks.plan(cfg, db, job_id, lambda no, payload: sent.append((no, payload)))
-    for batch_no, payload in sent:
-        tasks.write(db, job_id, batch_no, tasks.embed(payload, HashEmbedder()))
+    sent: list[EmbedRequest] = []
+    pipeline.plan(cfg, plan_request(db, job_id), sent.append)
+    for request in sent:
+        pipeline.write(pipeline.embed(request, HashEmbedder()))
 
-    record = tasks.finalize(db, job_id)
+    record = pipeline.finalize(finalize_request(db, job_id))
 
     assert record is not None and record.state == "completed"
     manifest = read_manifest(vectors_dir(cfg.db_path))[0]  # type: ignore[index]

@@ -29,7 +29,7 @@ import numpy as np
 from rifflux.config import Settings
 from rifflux.errors import NotFoundError
 from rifflux.search.service import SearchService
-from rifflux.store.writer import current_generation
+from rifflux.store.reader import current_generation
 
 WORDS = [
     "amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo",

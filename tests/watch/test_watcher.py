@@ -11,9 +11,9 @@ from rifflux_testing import index_rows, make_settings, wait_until
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import recent_jobs
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index
+from rifflux.store.jobs import recent_jobs
 from rifflux.watch.coalesce import JobCoalescer
 from rifflux.watch.watcher import FileWatcher, event_filter, read_watcher_state
 
@@ -149,7 +149,7 @@ def test_a_watcher_that_keeps_crashing_gives_up(tmp_path: Path) -> None:
 
 
 def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> None:
-    from rifflux.queue.jobs import JobRecord
+    from rifflux.store.jobs import JobRecord
 
     class FakeQueue:
         def __init__(self) -> None:

@@ -28,8 +28,8 @@ from rifflux_testing import (
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
-from rifflux.queue.jobs import JobRecord
 from rifflux.store.connection import connect
+from rifflux.store.jobs import JobRecord
 from workers import pool as pool_module
 from workers.child import RecycleMiddleware
 from workers.pool import PoolSpec, WorkerPool, backoff_seconds

@@ -3,6 +3,12 @@
 States move queued → running → completed | failed | cancelled. Counters are updated in
 the same transaction as the index rows they describe, so a job's progress never
 claims work that did not land.
+
+A job row keeps what was submitted (``roots``, ``options``: the indexing settings) apart
+from what its plan step found (``planned``, ``skipped``, ``prune_paths``, and the plan's
+batches in ``job_batches``). Job records live beside the index rows they describe, so
+they belong to the store: the pipeline (``rifflux.index``) and the queue front end
+(``rifflux.queue``) both use them.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rifflux.store.connection import retry_on_busy, write_transaction
+from rifflux.store.connection import transaction
 
 JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
 FINISHED_STATES = ("completed", "failed", "cancelled")
 # Keeps job rows bounded: errors beyond this many are counted, not listed.
 MAX_ERRORS_KEPT = 200
+# Columns stored as JSON text.
+_JSON_COLUMNS = ("options", "errors", "roots", "skipped", "prune_paths")
 
 
 @dataclass(slots=True)
@@ -39,6 +47,10 @@ class JobRecord:
     batches_done: int = 0
     retries: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
+    # The plan step's results: persisted once, with the job's batches.
+    planned: bool = False
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    prune_paths: list[str] = field(default_factory=list)
     created_at: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
@@ -47,10 +59,6 @@ class JobRecord:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
-
-    @property
-    def planned(self) -> bool:
-        return bool(self.options.get("planned"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +97,9 @@ def _record(row: sqlite3.Row) -> JobRecord:
         batches_done=row["batches_done"],
         retries=row["retries"],
         errors=json.loads(row["errors"]),
+        planned=bool(row["planned"]),
+        skipped=json.loads(row["skipped"]),
+        prune_paths=json.loads(row["prune_paths"]),
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
@@ -100,15 +111,12 @@ def create_job(conn: sqlite3.Connection, roots: Sequence[str], options: dict[str
     job_id = uuid.uuid4().hex
     now = time.time()
 
-    def run() -> None:
-        with write_transaction(conn):
-            conn.execute(
-                "INSERT INTO jobs(id, roots, options, state, created_at, updated_at) "
-                "VALUES (?, ?, ?, 'queued', ?, ?)",
-                (job_id, json.dumps(list(roots)), json.dumps(options), now, now),
-            )
-
-    retry_on_busy(run)
+    with transaction(conn):
+        conn.execute(
+            "INSERT INTO jobs(id, roots, options, state, created_at, updated_at) "
+            "VALUES (?, ?, ?, 'queued', ?, ?)",
+            (job_id, json.dumps(list(roots)), json.dumps(options), now, now),
+        )
     return job_id
 
 
@@ -137,8 +145,7 @@ def update_job(conn: sqlite3.Connection, job_id: str, **fields: Any) -> None:
     if not fields:
         return
     encoded = {
-        key: json.dumps(value) if key in ("options", "errors", "roots") else value
-        for key, value in fields.items()
+        key: json.dumps(value) if key in _JSON_COLUMNS else value for key, value in fields.items()
     }
     encoded["updated_at"] = time.time()
     assignments = ", ".join(f"{key} = ?" for key in encoded)
@@ -203,23 +210,16 @@ def batch_settled(conn: sqlite3.Connection, job_id: str, batch_no: int) -> bool:
 
 
 def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:
-    def run() -> bool:
-        with write_transaction(conn):
-            job = get_job(conn, job_id)
-            if job is None or job.finished:
-                return False
-            update_job(conn, job_id, state="cancelled", finished_at=time.time())
-            return True
-
-    return retry_on_busy(run)
+    with transaction(conn):
+        job = get_job(conn, job_id)
+        if job is None or job.finished:
+            return False
+        update_job(conn, job_id, state="cancelled", finished_at=time.time())
+        return True
 
 
 def delete_job(conn: sqlite3.Connection, job_id: str) -> None:
     """Remove a job that was never enqueued (its submit failed), batches and all."""
-
-    def run() -> None:
-        with write_transaction(conn):
-            conn.execute("DELETE FROM job_batches WHERE job_id = ?", (job_id,))
-            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-
-    retry_on_busy(run)
+    with transaction(conn):
+        conn.execute("DELETE FROM job_batches WHERE job_id = ?", (job_id,))
+        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))

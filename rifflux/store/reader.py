@@ -1,0 +1,181 @@
+"""Reads of the index tables: the one place their joins are written.
+
+:class:`IndexReader` wraps a connection (read-only or not) and answers the questions
+the indexer, the job steps and the vector cache ask of ``files``, ``chunks``,
+``embeddings`` and ``index_metadata``. It never writes; :class:`~rifflux.store.writer.
+IndexWriter` extends it with the writes. The FTS5 ``MATCH`` text that
+``rifflux.search.lexical`` builds is the one query written elsewhere.
+
+Lists of keys go through :func:`select_in`, the one chunked ``IN (...)``: SQLite refuses
+a statement with more bound variables than ``SQLITE_LIMIT_VARIABLE_NUMBER`` (32,766 in
+SQLite 3.40), so long lists are split into chunks of at most ``IN_CHUNK`` values.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from rifflux.store.connection import INDEX_UID_KEY
+
+# Values per ``IN (...)`` statement: small enough for any SQLite build's variable limit
+# (999 before 3.32), large enough that a 24k-row read is ~50 statements.
+IN_CHUNK = 500
+
+
+def select_in(
+    conn: sqlite3.Connection,
+    sql: str,
+    values: Iterable[Any],
+    *,
+    params: Sequence[Any] = (),
+    chunk: int = IN_CHUNK,
+) -> Iterator[sqlite3.Row]:
+    """Rows of ``sql`` for every value, in chunks; ``sql`` has one ``{marks}`` placeholder.
+
+    ``params`` bind the ``?`` that come before ``IN ({marks})`` in ``sql``. A chunk never
+    binds more variables than the connection allows, whatever ``chunk`` asks for.
+    """
+    items = list(values)
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - len(params)
+    size = max(1, min(chunk, limit))
+    for start in range(0, len(items), size):
+        part = items[start : start + size]
+        yield from conn.execute(sql.format(marks=",".join("?" * len(part))), (*params, *part))
+
+
+def get_metadata(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM index_metadata WHERE key = ?", (key,)).fetchone()
+    return str(row["value"]) if row else None
+
+
+def current_generation(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM index_metadata WHERE key = 'generation'").fetchone()
+    return int(row["value"]) if row else 0
+
+
+# (rowid, path, chunk_index, embed hash) of the chunks with a vector of a model.
+_VECTOR_ROWS = (
+    "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM chunks c "
+    "JOIN files f ON f.id = c.file_id JOIN embeddings e ON e.chunk_id = c.chunk_id "
+)
+
+
+class IndexReader:
+    """Queries over one connection; several queries read one state inside
+    ``transaction(conn, write=False)``."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # -- metadata ------------------------------------------------------------------
+
+    def metadata(self, key: str) -> str | None:
+        return get_metadata(self.conn, key)
+
+    def generation(self) -> int:
+        return current_generation(self.conn)
+
+    def generation_and_uid(self) -> tuple[int, str | None]:
+        """(generation, vector cache uid) in one read."""
+        rows = self.conn.execute(
+            "SELECT key, value FROM index_metadata WHERE key IN ('generation', ?)",
+            (INDEX_UID_KEY,),
+        ).fetchall()
+        values = {row[0]: row[1] for row in rows}
+        return int(values.get("generation", 0)), values.get(INDEX_UID_KEY)
+
+    def embedding_dim(self, model: str) -> int:
+        """The index's vector dimension: recorded, else read from a ``model`` vector."""
+        dim = self.metadata("embedding_dim")
+        if dim:
+            return int(dim)
+        row = self.conn.execute(
+            "SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (model,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    # -- files ---------------------------------------------------------------------
+
+    def file_states(self) -> sqlite3.Cursor:
+        """(path, mtime_ns, size_bytes, sha256) of every stored file."""
+        return self.conn.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files")
+
+    def stored_paths(self) -> list[str]:
+        return [row[0] for row in self.conn.execute("SELECT path FROM files")]
+
+    # -- vectors -------------------------------------------------------------------
+
+    def known_vector_hashes(self, paths: Iterable[str], model: str) -> set[str]:
+        """Embed hashes of the stored chunks of ``paths`` that have a ``model`` vector."""
+        rows = select_in(
+            self.conn,
+            "SELECT DISTINCT c.embed_sha256 FROM files f "
+            "JOIN chunks c ON c.file_id = f.id "
+            "JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND f.path IN ({marks})",
+            paths,
+            params=(model,),
+        )
+        return {row[0] for row in rows}
+
+    def vectors_by_hash(self, hashes: Sequence[str], model: str, dim: int) -> dict[str, bytes]:
+        """A stored ``model`` vector (raw float32 bytes) for each of ``hashes`` that has one."""
+        found: dict[str, bytes] = {}
+        rows = select_in(
+            self.conn,
+            "SELECT c.embed_sha256, e.vec FROM chunks c "
+            "JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND e.dim = ? AND c.embed_sha256 IN ({marks})",
+            hashes,
+            params=(model, dim),
+        )
+        for key, vec in rows:
+            found.setdefault(key, vec)
+        return found
+
+    def vector_rows(self, model: str, dim: int) -> list[sqlite3.Row]:
+        """(rowid, path, chunk_index, embed hash) of every chunk with a ``model`` vector,
+        sorted by (path, chunk_index)."""
+        return self.conn.execute(
+            _VECTOR_ROWS + "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
+            (model, dim),
+        ).fetchall()
+
+    def vector_rowids(self, model: str, dim: int) -> Iterator[int]:
+        """Rowids of the chunks with a ``model`` vector, unordered (no paths read)."""
+        rows = self.conn.execute(
+            "SELECT c.id FROM chunks c JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND e.dim = ?",
+            (model, dim),
+        )
+        return (row[0] for row in rows)
+
+    def vectors_of_rowids(self, rowids: Iterable[int], model: str) -> Iterator[sqlite3.Row]:
+        """(rowid, vector bytes) of the ``model`` vectors of chunk ``rowids``."""
+        return select_in(
+            self.conn,
+            "SELECT c.id, e.vec FROM chunks c JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND c.id IN ({marks})",
+            rowids,
+            params=(model,),
+        )
+
+    def vector_rows_of_rowids(self, rowids: Iterable[int], model: str) -> Iterator[sqlite3.Row]:
+        """(rowid, path, chunk_index, embed hash) of those ``rowids`` with a ``model`` vector."""
+        return select_in(
+            self.conn,
+            _VECTOR_ROWS + "WHERE e.model = ? AND c.id IN ({marks})",
+            rowids,
+            params=(model,),
+        )
+
+    def vector_of_chunk(self, path: str, chunk_index: int) -> bytes | None:
+        """The stored vector (raw float32 bytes) of one chunk, if it has one."""
+        row = self.conn.execute(
+            "SELECT e.vec FROM embeddings e JOIN chunks c ON c.chunk_id = e.chunk_id "
+            "JOIN files f ON f.id = c.file_id WHERE f.path = ? AND c.chunk_index = ?",
+            (path, chunk_index),
+        ).fetchone()
+        return bytes(row[0]) if row is not None else None
