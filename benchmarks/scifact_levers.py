@@ -24,27 +24,27 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnxruntime
-
-from rifflux.config import Settings
-from rifflux.eval import beir
-from rifflux.eval.lab import (
+from scifact_lab import (
     Feedback,
     Fusion,
     Lab,
-    lexical_variant,
     max_scaled,
     rrf_fusion,
     score_fusion,
     seed_cache,
     zscore,
 )
+
+from rifflux.config import Settings
+from rifflux.eval import beir
 from rifflux.eval.runner import ChunkSearch, evaluate_search, judged_queries, prepare_index
 from rifflux.index import prepare
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
@@ -59,7 +59,7 @@ class Experiment:
     name: str
     setting: str
     searches: dict[str, SearchFactory]
-    lexical: dict[str, Any] = field(default_factory=dict)
+    lexical: LexicalOptions = DEFAULT_OPTIONS
 
 
 def core(mode: str) -> SearchFactory:
@@ -76,7 +76,7 @@ def experiments() -> list[Experiment]:
                 f"bm25-h{heading:g}",
                 f"bm25() weights heading {heading:g}, content {content:g}",
                 lex_hybrid,
-                {"heading_weight": heading, "content_weight": content},
+                LexicalOptions(heading_weight=heading, content_weight=content),
             )
         )
     found.append(
@@ -84,7 +84,7 @@ def experiments() -> list[Experiment]:
             "keep-stopwords",
             "keep English stop words in the query (the core drops them)",
             lex_hybrid,
-            {"drop_stop_words": False},
+            LexicalOptions(stop_words=frozenset()),
         )
     )
     for k in (5, 10, 20, 40, 100):
@@ -153,7 +153,7 @@ def experiments() -> list[Experiment]:
             )
         )
     # Combinations of the levers that helped on their own.
-    tuned_lexical = {"heading_weight": 3.0, "drop_stop_words": True}
+    tuned_lexical = LexicalOptions(heading_weight=3.0)
     combos: list[tuple[str, str, Fusion, Feedback | None]] = [
         ("rrf-k5-w1.25", "RRF k=5, weights 1.25/1", rrf_fusion(5, 1.25), None),
         ("rrf-k10-w1.5", "RRF k=10, weights 1.5/1", rrf_fusion(10, 1.5), None),
@@ -294,17 +294,17 @@ def main() -> int:
         for experiment in chosen:
             started = time.perf_counter()
             results: dict[str, dict[str, float] | None] = dict.fromkeys(MODES)
-            with lexical_variant(**experiment.lexical):
-                for mode, factory in experiment.searches.items():
-                    run = evaluate_search(
-                        factory(lab), queries, qrels, index.doc_of_path, top_k=args.top_k
-                    )
-                    results[mode] = {
-                        "ndcg": run.ndcg,
-                        "recall": run.recall,
-                        "mrr": run.mrr,
-                        "p50_ms": run.p50_ms,
-                    }
+            variant = lab.with_lexical(experiment.lexical)
+            for mode, factory in experiment.searches.items():
+                run = evaluate_search(
+                    factory(variant), queries, qrels, index.doc_of_path, top_k=args.top_k
+                )
+                results[mode] = {
+                    "ndcg": run.ndcg,
+                    "recall": run.recall,
+                    "mrr": run.mrr,
+                    "p50_ms": run.p50_ms,
+                }
             line = "".join(fmt(results[m]) for m in MODES)
             print(
                 f"{experiment.name:<18}{line}  {experiment.setting} "

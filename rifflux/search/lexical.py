@@ -1,4 +1,9 @@
-"""FTS5 BM25 search. User text is always searched as plain words, never as FTS syntax."""
+"""FTS5 BM25 search. User text is always searched as plain words, never as FTS syntax.
+
+What a retrieval experiment may vary (the bm25() column weights, the stop words dropped
+from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
+core's; nothing here is meant to be patched at run time.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +40,22 @@ we you your our he she his her them those i me my
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 
-def query_terms(text: str) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class LexicalOptions:
+    """The lexical search's tunables; the defaults are what every search uses.
+
+    Hashable, so an experiment can key remembered candidates by it.
+    """
+
+    heading_weight: float = HEADING_WEIGHT
+    content_weight: float = CONTENT_WEIGHT
+    stop_words: frozenset[str] = STOP_WORDS
+
+
+DEFAULT_OPTIONS = LexicalOptions()
+
+
+def query_terms(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
     """Distinct lower-cased word tokens of ``text`` in order, stop words dropped.
 
     A query made only of stop words keeps them, so it still finds something.
@@ -46,13 +66,13 @@ def query_terms(text: str) -> list[str]:
         if token and token not in seen:
             seen[token] = None
     terms = list(seen)
-    content = [t for t in terms if t not in STOP_WORDS]
+    content = [t for t in terms if t not in stop_words]
     return (content or terms)[:MAX_QUERY_TERMS]
 
 
-def build_match_query(text: str) -> str | None:
+def build_match_query(text: str, stop_words: frozenset[str] = STOP_WORDS) -> str | None:
     """An FTS5 MATCH expression: every term quoted, OR-ed (BM25 ranks by how many match)."""
-    terms = query_terms(text)
+    terms = query_terms(text, stop_words)
     if not terms:
         return None
     return " OR ".join(f'"{term}"' for term in terms)
@@ -70,17 +90,22 @@ _TOP_SQL = (
 )
 
 
-def lexical_search(conn: sqlite3.Connection, text: str, limit: int) -> list[LexicalHit]:
+def lexical_search(
+    conn: sqlite3.Connection,
+    text: str,
+    limit: int,
+    options: LexicalOptions = DEFAULT_OPTIONS,
+) -> list[LexicalHit]:
     """Best ``limit`` chunks by BM25 (SQLite's bm25(): lower is better), ties by path, index.
 
     FTS5 ranks inside its own table first and only the top rows are joined for their
     path; if rows tied with the last kept one may lie beyond the fetched window, the
     window is widened until the tie-break is exact.
     """
-    match = build_match_query(text)
+    match = build_match_query(text, options.stop_words)
     if match is None or limit <= 0:
         return []
-    sql = _TOP_SQL.format(h=HEADING_WEIGHT, c=CONTENT_WEIGHT)
+    sql = _TOP_SQL.format(h=float(options.heading_weight), c=float(options.content_weight))
     fetch = limit + TIE_MARGIN
     while True:
         rows = conn.execute(sql, (match, fetch)).fetchall()

@@ -36,7 +36,7 @@ from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.errors import EmbeddingModelMismatch, NotFoundError, RiffluxError
 from rifflux.search.fusion import maxnorm_fuse, rrf_fuse
-from rifflux.search.lexical import lexical_search
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_search
 from rifflux.search.request import SearchRequest, check_mode, check_query, check_top_k
 from rifflux.store.connection import damaged_index, is_damage_error, open_index_readonly
 from rifflux.store.integrity import quick_check
@@ -90,8 +90,11 @@ class SearchService:
         *,
         embedder: Embedder | None = None,
         vector_cache: VectorCache | None = None,
+        lexical: LexicalOptions = DEFAULT_OPTIONS,
     ) -> None:
+        """``lexical``: bm25() weights and query stop words (experiments vary them)."""
         self.settings = settings
+        self.lexical = lexical
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
         self._vectors = vector_cache or VectorCache()
@@ -177,7 +180,7 @@ class SearchService:
     def _lexical(
         self, conn: sqlite3.Connection, query: str, limit: int, top_k: int
     ) -> list[dict[str, Any]]:
-        hits = lexical_search(conn, query, limit)[:top_k]
+        hits = lexical_search(conn, query, limit, self.lexical)[:top_k]
         rows = self._rows(conn, [h.row_id for h in hits])
         return [{**rows[h.row_id], "score_breakdown": {"bm25": h.bm25}} for h in hits]
 
@@ -195,7 +198,7 @@ class SearchService:
             rows = self._rows(conn, [h.row_id for h in semantic])
             hits_s = [h for h in semantic if h.row_id in rows][:top_k]
             return [{**rows[h.row_id], "score_breakdown": {"cosine": h.cosine}} for h in hits_s]
-        lexical = lexical_search(conn, query, limit)
+        lexical = lexical_search(conn, query, limit, self.lexical)
         row_by_key = {h.key: h.row_id for h in lexical}
         row_by_key.update({h.key: h.row_id for h in semantic})
         scored: list[tuple[Any, dict[str, float]]]

@@ -4,14 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rifflux.config import Settings
-from rifflux.embed.hashing import HashEmbedder
-from rifflux.eval.lab import (
+from scifact_lab import (
     Feedback,
     Lab,
     MemoEmbedder,
-    lexical_variant,
     max_scaled,
     minmax,
     rocchio,
@@ -19,8 +15,11 @@ from rifflux.eval.lab import (
     score_fuse,
     zscore,
 )
+
+from rifflux.config import Settings
+from rifflux.embed.hashing import HashEmbedder
 from rifflux.eval.runner import prepare_index
-from rifflux.search import lexical
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 
 scores = st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=20)
 
@@ -65,17 +64,6 @@ def test_rocchio_moves_the_query_towards_feedback_and_normalises() -> None:
     assert moved == pytest.approx([2**-0.5, 2**-0.5])
 
 
-def test_lexical_variant_patches_the_core_and_restores_it() -> None:
-    with lexical_variant(heading_weight=3.0, drop_stop_words=True):
-        assert lexical.HEADING_WEIGHT == 3.0
-        assert lexical.build_match_query("the role of p53") == '"role" OR "p53"'
-        assert lexical.build_match_query("the of") == '"the" OR "of"'
-    with lexical_variant(drop_stop_words=False):
-        assert lexical.build_match_query("the p53") == '"the" OR "p53"'
-    assert lexical.HEADING_WEIGHT == 1.0
-    assert lexical.build_match_query("the p53") == '"p53"'
-
-
 def test_memo_embedder_embeds_each_text_once() -> None:
     calls: list[list[str]] = []
     inner = HashEmbedder(16)
@@ -106,5 +94,35 @@ def test_lab_rrf_hybrid_reproduces_the_core_hybrid(beir_dataset: Path, tmp_path:
             feedback = Feedback(beta=0.5, depth=2, source=source)
             assert len(lab.semantic(feedback)("zebra", 3)) == 3
             assert len(lab.hybrid(rrf_fusion(60), feedback=feedback)("zebra", 3)) == 3
+    finally:
+        lab.close()
+
+
+def test_lab_lexical_options_reach_the_core_search_and_leave_the_default_alone(
+    beir_dataset: Path, tmp_path: Path
+) -> None:
+    index = prepare_index(
+        beir_dataset, Settings(embedding_backend="hash"), cache_root=tmp_path / "cache"
+    )
+    lab = Lab(index)
+    try:
+        keep = lab.with_lexical(LexicalOptions(stop_words=frozenset()))
+        assert lab.with_lexical(DEFAULT_OPTIONS) is lab
+        assert lab.with_lexical(LexicalOptions(stop_words=frozenset())) is keep
+        # "the" is dropped by default, so only the banana document matches; kept, the
+        # savanna document (the only other one saying "the") matches too.
+        default_paths = lab.core("lexical")("the banana", 5)
+        kept_paths = keep.core("lexical")("the banana", 5)
+        assert len(default_paths) == 1
+        assert kept_paths[0] == default_paths[0]
+        assert len(kept_paths) == 2
+        assert [k for k, _ in keep.lexical_hits("the banana", 5)] != [
+            k for k, _ in lab.lexical_hits("the banana", 5)
+        ]
+        assert lab.core("lexical")("the banana", 5) == default_paths
+        # A zero content weight leaves only heading matches with a nonzero score.
+        no_content = lab.with_lexical(LexicalOptions(content_weight=0.0))
+        assert all(score != 0.0 for _, score in lab.lexical_hits("zebra", 5))
+        assert [score for _, score in no_content.lexical_hits("zebra", 5)] == [0.0, 0.0]
     finally:
         lab.close()

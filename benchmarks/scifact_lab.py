@@ -1,32 +1,35 @@
-"""Retrieval experiments on a cached eval index: the levers ``benchmarks/scifact_levers.py``
-measures before any of them becomes a default.
+"""Retrieval experiments on a cached eval index: the levers ``scifact_levers.py`` measures
+before any of them becomes a default. It lives beside that script, not in the package:
+nothing in ``rifflux`` uses it.
 
-Every experiment runs the real search code with one thing changed. Lexical query building
-and bm25() column weights are patched on :mod:`rifflux.search.lexical` for the duration of
-a ``with`` block. Fusions (the core's RRF with other parameters; min-max, z-score and
+Every experiment runs the real search code with one thing changed, passed as a parameter,
+never patched on a module. bm25() column weights and query stop words are a
+:class:`~rifflux.search.lexical.LexicalOptions` given to the core's ``SearchService``
+(:meth:`Lab.with_lexical`). Fusions (the core's RRF with other parameters; min-max, z-score and
 max-scaled score fusion) and vector pseudo-relevance feedback are pure functions applied
 to the same candidate lists the core fuses, fetched through the core's ``SearchService``.
 """
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from rifflux.embed.base import Embedder, l2_normalise
 from rifflux.eval import beir
 from rifflux.eval.runner import ChunkSearch, EvalIndex
-from rifflux.search import lexical
 from rifflux.search.fusion import rrf_fuse
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_search
 from rifflux.search.service import SearchService
 from rifflux.store.reader import IndexReader
+from rifflux.vectors.cache import VectorCache
 
 Hit = tuple[tuple[str, int], float]
 """A chunk key ``(path, chunk_index)`` and a higher-is-better score."""
@@ -62,22 +65,6 @@ class MemoEmbedder:
                 del self._memo[text]
             else:
                 self._memo[text] = saved
-
-
-@contextmanager
-def lexical_variant(
-    heading_weight: float = 1.0, content_weight: float = 1.0, drop_stop_words: bool = True
-) -> Iterator[None]:
-    """Run the core lexical search with other bm25() column weights / stop-word handling."""
-    saved = (lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.STOP_WORDS)
-    lexical.HEADING_WEIGHT = heading_weight
-    lexical.CONTENT_WEIGHT = content_weight
-    if not drop_stop_words:
-        lexical.STOP_WORDS = frozenset()
-    try:
-        yield
-    finally:
-        lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.STOP_WORDS = saved
 
 
 def minmax(scores: Sequence[float]) -> list[float]:
@@ -191,18 +178,42 @@ class Feedback:
 
 
 class Lab:
-    """Chunk searches over one eval index: the core's, and variants of its hybrid."""
+    """Chunk searches over one eval index: the core's, and variants of its hybrid.
 
-    def __init__(self, index: EvalIndex) -> None:
+    A lab searches with one set of :class:`LexicalOptions`; :meth:`with_lexical` gives
+    the lab for another set, sharing the embedder, the vector cache and the remembered
+    candidates (lexical ones are keyed by their options).
+    """
+
+    def __init__(self, index: EvalIndex, lexical: LexicalOptions = DEFAULT_OPTIONS) -> None:
         self.index = index
+        self.lexical = lexical
         self.embedder = MemoEmbedder(index.embedder)
-        self.service = SearchService(index.settings, embedder=self.embedder)
+        self.vectors = VectorCache()
+        self.service = self._service(lexical)
         # Candidate lists are reused across fusion experiments: (depth asked, hits).
-        self._lexical_memo: dict[tuple[Any, ...], tuple[int, list[Hit]]] = {}
+        self._lexical_memo: dict[tuple[LexicalOptions, str], tuple[int, list[Hit]]] = {}
         self._semantic_memo: dict[str, list[Hit]] = {}
+        self._labs: dict[LexicalOptions, Lab] = {lexical: self}
+
+    def _service(self, lexical: LexicalOptions) -> SearchService:
+        return SearchService(
+            self.index.settings, embedder=self.embedder, vector_cache=self.vectors, lexical=lexical
+        )
+
+    def with_lexical(self, lexical: LexicalOptions) -> Lab:
+        """This lab searching with ``lexical`` (made once per options, then reused)."""
+        lab = self._labs.get(lexical)
+        if lab is None:
+            lab = copy.copy(self)  # shares the embedder, the cache and every memo
+            lab.lexical = lexical
+            lab.service = self._service(lexical)
+            self._labs[lexical] = lab
+        return lab
 
     def close(self) -> None:
-        self.service.close()
+        for lab in self._labs.values():
+            lab.service.close()
 
     def warm_queries(self, texts: Sequence[str]) -> None:
         """Embed every query in one batch, so runs time the search, not the model."""
@@ -217,12 +228,13 @@ class Lab:
         return search
 
     def lexical_hits(self, query: str, depth: int) -> list[Hit]:
-        """Core BM25 candidates (as patched by :func:`lexical_variant`), remembered."""
-        memo_key = (lexical.HEADING_WEIGHT, lexical.CONTENT_WEIGHT, lexical.query_terms, query)
+        """Core BM25 candidates with this lab's lexical options, remembered."""
+        memo_key = (self.lexical, query)
         cached = self._lexical_memo.get(memo_key)
         if cached is None or (len(cached[1]) < depth and cached[0] < depth):
             conn = self.service.connection()
-            hits = [(hit.key, -hit.bm25) for hit in lexical.lexical_search(conn, query, depth)]
+            found = lexical_search(conn, query, depth, self.lexical)
+            hits = [(hit.key, -hit.bm25) for hit in found]
             cached = (depth, hits)
             self._lexical_memo[memo_key] = cached
         return cached[1][:depth]
