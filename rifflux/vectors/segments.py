@@ -58,7 +58,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rifflux.search.semantic import cosine_scores
+from rifflux.vectors.cosine import cosine_scores
 
 MANIFEST_NAME = "current.json"
 LOCK_NAME = "publish.lock"

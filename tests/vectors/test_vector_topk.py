@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rifflux.search.semantic import cosine_scores
+from rifflux.vectors.cosine import cosine_scores
 from rifflux.vectors.segments import Segment, normalize_rows, search_segments
 
 # Ties closer than this are not ordered by the naive float32 cosine with any certainty.

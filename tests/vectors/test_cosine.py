@@ -1,6 +1,6 @@
 import numpy as np
 
-from rifflux.search.semantic import cosine_scores
+from rifflux.vectors.cosine import cosine_scores
 
 
 def test_zero_denominator_scores_zero() -> None:

@@ -1,4 +1,5 @@
-"""Cosine similarity: a pure function on NumPy arrays."""
+"""Cosine similarity: a pure function on NumPy arrays, shared by the vector cache's exact
+rescoring and every semantic score a search reports."""
 
 from __future__ import annotations
 
