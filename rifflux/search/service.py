@@ -40,7 +40,7 @@ from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_sear
 from rifflux.search.request import SearchRequest, check_mode, check_query, check_top_k
 from rifflux.store.connection import damaged_index, is_damage_error, open_index_readonly
 from rifflux.store.integrity import quick_check
-from rifflux.store.reader import current_generation, get_metadata
+from rifflux.store.reader import IndexReader, current_generation, get_metadata
 from rifflux.vectors.cache import VectorCache
 from rifflux.vectors.segments import CacheCorrupt, forget_verified
 
@@ -49,11 +49,6 @@ REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also repub
 log = structlog.get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_CHUNK_COLUMNS = (
-    "SELECT c.id, c.chunk_id, f.path, c.heading_path, c.chunk_index, c.content "
-    "FROM chunks c JOIN files f ON f.id = c.file_id"
-)
 
 
 def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -271,8 +266,7 @@ class SearchService:
     def _rows(self, conn: sqlite3.Connection, row_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         if not row_ids:
             return {}
-        marks = ",".join("?" * len(row_ids))
-        rows = conn.execute(f"{_CHUNK_COLUMNS} WHERE c.id IN ({marks})", list(row_ids)).fetchall()
+        rows = IndexReader(conn).chunks_by_rowids(row_ids)
         return {int(row["id"]): _chunk_dict(row) for row in rows}
 
     # -- lookups ---------------------------------------------------------------------
@@ -283,11 +277,7 @@ class SearchService:
 
     @_reports_damage
     def get_chunk(self, chunk_id: str) -> dict[str, Any]:
-        row = (
-            self.connection()
-            .execute(f"{_CHUNK_COLUMNS} WHERE c.chunk_id = ?", (chunk_id,))
-            .fetchone()
-        )
+        row = IndexReader(self.connection()).chunk_by_id(chunk_id)
         if row is None:
             raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
         return _chunk_dict(row)
@@ -295,17 +285,13 @@ class SearchService:
     @_reports_damage
     def get_file(self, path: str) -> dict[str, Any]:
         """An indexed file's chunks, by its stored path. Never reads the filesystem."""
-        conn = self.connection()
-        file_row = conn.execute(
-            "SELECT id, path, sha256 FROM files WHERE path = ?", (path,)
-        ).fetchone()
+        reader = IndexReader(self.connection())
+        file_row = reader.file_by_path(path)
         if file_row is None:
             raise NotFoundError(
                 f"{path!r} is not an indexed file; pass a path exactly as search results show it"
             )
-        rows = conn.execute(
-            f"{_CHUNK_COLUMNS} WHERE c.file_id = ? ORDER BY c.chunk_index", (file_row["id"],)
-        ).fetchall()
+        rows = reader.chunks_of_file(int(file_row["id"]))
         return {
             "path": file_row["path"],
             "sha256": file_row["sha256"],
@@ -323,14 +309,8 @@ class SearchService:
     @_reports_damage
     def counts(self) -> dict[str, Any]:
         conn = self.connection()
-
-        def count(table: str) -> int:
-            return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-
         return {
-            "files": count("files"),
-            "chunks": count("chunks"),
-            "embeddings": count("embeddings"),
+            **IndexReader(conn).row_counts(),
             "generation": current_generation(conn),
             "db_path": str(self.settings.db_path),
             "embedding_model": self.stored_model(conn),

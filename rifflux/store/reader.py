@@ -24,6 +24,13 @@ from rifflux.store.connection import INDEX_UID_KEY
 IN_CHUNK = 500
 
 
+# A chunk as searches return it, joined with its file's path.
+_CHUNK_COLUMNS = (
+    "SELECT c.id, c.chunk_id, f.path, c.heading_path, c.chunk_index, c.content "
+    "FROM chunks c JOIN files f ON f.id = c.file_id "
+)
+
+
 def select_in(
     conn: sqlite3.Connection,
     sql: str,
@@ -179,3 +186,35 @@ class IndexReader:
             (path, chunk_index),
         ).fetchone()
         return bytes(row[0]) if row is not None else None
+
+    # -- chunks and files as searches show them ------------------------------------------
+
+    def chunks_by_rowids(self, rowids: Iterable[int]) -> Iterator[sqlite3.Row]:
+        """(id, chunk_id, path, heading_path, chunk_index, content) of chunk ``rowids``."""
+        return select_in(self.conn, _CHUNK_COLUMNS + "WHERE c.id IN ({marks})", rowids)
+
+    def chunk_by_id(self, chunk_id: str) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.conn.execute(
+            _CHUNK_COLUMNS + "WHERE c.chunk_id = ?", (chunk_id,)
+        ).fetchone()
+        return row
+
+    def file_by_path(self, path: str) -> sqlite3.Row | None:
+        """(id, path, sha256) of the indexed file stored as ``path``."""
+        row: sqlite3.Row | None = self.conn.execute(
+            "SELECT id, path, sha256 FROM files WHERE path = ?", (path,)
+        ).fetchone()
+        return row
+
+    def chunks_of_file(self, file_id: int) -> list[sqlite3.Row]:
+        """A file's chunks in order, with the columns of :meth:`chunks_by_rowids`."""
+        return self.conn.execute(
+            _CHUNK_COLUMNS + "WHERE c.file_id = ? ORDER BY c.chunk_index", (file_id,)
+        ).fetchall()
+
+    def row_counts(self) -> dict[str, int]:
+        """Rows in ``files``, ``chunks`` and ``embeddings``."""
+        return {
+            table: int(self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+            for table in ("files", "chunks", "embeddings")
+        }
