@@ -22,6 +22,7 @@ run: install
 
 test: install
 	$(BIN)/ruff check rifflux workers tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install
@@ -33,4 +34,4 @@ format: install
 	$(BIN)/ruff check --fix rifflux workers tests benchmarks
 
 clean:
-	rm -rf .rifflux .pytest_cache .ruff_cache
+	rm -rf .rifflux .pytest_cache .ruff_cache .mypy_cache

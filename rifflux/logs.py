@@ -18,11 +18,11 @@ def configure_logging(level: str = "INFO", *, style: Literal["json", "console"] 
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         numeric = logging.INFO
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
-        if style == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    renderer: structlog.types.Processor
+    if style == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

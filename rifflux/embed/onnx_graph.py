@@ -118,12 +118,16 @@ def _dequantized_lookups(
         if gather.op_type != "Gather" or len(gather.inputs) != 2:
             continue
         mul_at = producer.get(gather.inputs[0])
-        mul = nodes[mul_at] if mul_at is not None else None
-        if mul is None or mul.op_type != "Mul" or len(mul.inputs) != 2:
+        if mul_at is None:
+            continue
+        mul = nodes[mul_at]
+        if mul.op_type != "Mul" or len(mul.inputs) != 2:
             continue
         cast_at = producer.get(mul.inputs[0])
-        cast = nodes[cast_at] if cast_at is not None else None
-        if cast is None or cast.op_type != "Cast" or len(cast.inputs) != 1:
+        if cast_at is None:
+            continue
+        cast = nodes[cast_at]
+        if cast.op_type != "Cast" or len(cast.inputs) != 1:
             continue
         table, scale = dims.get(cast.inputs[0]), dims.get(mul.inputs[1])
         if table is None or len(table) != 2 or scale != [table[0], 1]:
@@ -170,7 +174,7 @@ def _initializer_dims(payload: memoryview | int) -> tuple[str, list[int]]:
             name = _text(field.value)
         elif field.number == TENSOR_DIMS and isinstance(field.value, int):
             dims.append(field.value)
-        elif field.number == TENSOR_DIMS:  # packed
+        elif field.number == TENSOR_DIMS and isinstance(field.value, memoryview):  # packed
             packed, pos = field.value, 0
             while pos < len(packed):
                 value, pos = _read_varint(packed, pos)

@@ -386,7 +386,9 @@ def _hard_split(src: str, start: int, end: int, limit: int) -> Iterator[tuple[in
             continue
         space = match.end() - 1
         yield start, start + len(src[start:space].rstrip())
-        start = _SPACES.match(src, space).end()
+        spaces = _SPACES.match(src, space)
+        assert spaces is not None  # \s* matches anywhere, if only the empty string
+        start = spaces.end()
     yield start, end
 
 

@@ -132,7 +132,7 @@ def _request_parameter(name: str, default: Any, spec: FieldSpec) -> inspect.Para
     parse a JSON-looking query); other values pass through ``from_text`` (``"10"`` → 10).
     """
     free_text = spec.json_schema.get("type") == "string" and "enum" not in spec.json_schema
-    annotation = Annotated[
+    annotation: object = Annotated[
         str if free_text else Any,
         BeforeValidator(spec.from_text),
         WithJsonSchema(dict(spec.json_schema)),

@@ -28,7 +28,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import uuid4
 
 import structlog
@@ -414,6 +414,12 @@ class _SQLiteMessageProxy(MessageProxy):
         self.delivery_count = delivery_count
 
 
+def _leased(message: MessageProxy) -> _SQLiteMessageProxy:
+    """``message`` as the proxy that leased it: Dramatiq's worker hands ``ack``, ``nack``
+    and ``requeue`` only proxies that this consumer's ``__next__`` returned."""
+    return cast(_SQLiteMessageProxy, message)
+
+
 class _SQLiteConsumer(Consumer):
     """Leases messages off one queue.
 
@@ -466,19 +472,21 @@ class _SQLiteConsumer(Consumer):
             self.broker._wait_for_change(marks, min(wait, remaining))
             self._poll_seconds = min(self._poll_seconds * 2, self.broker.max_poll_seconds)
 
-    def ack(self, message: _SQLiteMessageProxy) -> None:
+    def ack(self, message: MessageProxy) -> None:
+        row_id = _leased(message).row_id
         self.broker._write(
-            lambda conn: conn.execute("DELETE FROM messages WHERE id = ?", (message.row_id,))
+            lambda conn: conn.execute("DELETE FROM messages WHERE id = ?", (row_id,))
         )
-        self._forget([message.row_id])
+        self._forget([row_id])
         self.broker._notify(self.queue_name)
 
-    def nack(self, message: _SQLiteMessageProxy) -> None:
+    def nack(self, message: MessageProxy) -> None:
+        row_id = _leased(message).row_id
         reason = _failure_reason(message)
         body = message.encode()
 
         def dead_letter(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM messages WHERE id = ?", (message.row_id,))
+            conn.execute("DELETE FROM messages WHERE id = ?", (row_id,))
             conn.execute(
                 "INSERT INTO dead_letters (message_id, queue_name, actor_name, body, reason, "
                 "failed_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -493,12 +501,12 @@ class _SQLiteConsumer(Consumer):
             )
 
         self.broker._write(dead_letter)
-        self._forget([message.row_id])
+        self._forget([row_id])
         self.broker._notify(self.queue_name)
 
-    def requeue(self, messages: Iterable[_SQLiteMessageProxy]) -> None:
+    def requeue(self, messages: Iterable[MessageProxy]) -> None:
         """Make ``messages`` ready again. A requeued delivery does not count as one."""
-        self._release([message.row_id for message in messages])
+        self._release([_leased(message).row_id for message in messages])
 
     def close(self) -> None:
         """Release the leased messages never handed out; the others keep their lease."""

@@ -139,7 +139,8 @@ class SearchService:
         """The query's vector, or ``None`` when the query has nothing to embed."""
         if not query.strip():
             return None
-        return self.embedder.embed_batch([query])[0]
+        vector: np.ndarray = self.embedder.embed_batch([query])[0]
+        return vector
 
     # -- search ----------------------------------------------------------------------
 

@@ -278,7 +278,7 @@ class VectorCache:
                 self._view = None
         raise CacheCorrupt(reason)
 
-    def _usable(self, view: CacheView | None, uid: str | None, model: str) -> bool:
+    def _usable(self, view: CacheView | None, uid: str | None, model: str | None) -> bool:
         return (
             view is not None
             and uid is not None
