@@ -33,5 +33,14 @@ format: install
 	$(BIN)/ruff format rifflux workers tests benchmarks
 	$(BIN)/ruff check --fix rifflux workers tests benchmarks
 
+# The quick benchmarks, which need nothing beside the clone (about a minute): in-process
+# index and search on the vendored corpus (hash embeddings), the vector cache at 20k and
+# 100k rows, idle broker CPU. The rest read ../shared or take long; BENCHMARKS.md has them.
+bench: install
+	$(BIN)/python benchmarks/index_and_search.py --backend hash --corpus tests/corpus/awesome-copilot/agents
+	$(BIN)/python benchmarks/vector_search.py --sizes 20000 100000
+	$(BIN)/python benchmarks/broker_idle_cpu.py --seconds 5
+	@echo "bench: quick set done; ONNX, worker, full-corpus and SciFact benchmarks (need ../shared) are run by hand, see BENCHMARKS.md"
+
 clean:
 	rm -rf .rifflux .pytest_cache .ruff_cache .mypy_cache

@@ -12,8 +12,10 @@ from rifflux.config import Settings
 from rifflux.store.connection import open_index
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The big shared data (full corpora, SciFact) beside the repository; optional for the suite.
 SHARED = REPO_ROOT.parent / "shared"
-AWESOME_COPILOT = SHARED / "corpora" / "awesome-copilot"
+# awesome-copilot's agents/ folder, vendored byte for byte (MIT, see its README.md and LICENSE).
+AWESOME_COPILOT = REPO_ROOT / "tests" / "corpus" / "awesome-copilot"
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
@@ -41,11 +43,11 @@ def queue_settings(
 
 
 def copy_corpus(dest: Path, subdir: str = "agents", limit: int | None = None) -> Path:
-    """A real markdown corpus: files of awesome-copilot/<subdir>, sorted, first ``limit``."""
+    """A real markdown corpus: vendored awesome-copilot/<subdir> files, sorted, first ``limit``."""
     source = AWESOME_COPILOT / subdir
     dest.mkdir(parents=True, exist_ok=True)
     files = sorted(p for p in source.rglob("*.md") if p.is_file())
-    assert files, f"no markdown files under {source}: tests need ../shared beside the repo"
+    assert files, f"no markdown files under {source}: the vendored test corpus is missing"
     for path in files[:limit]:
         target = dest / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
+from rifflux_testing import AWESOME_COPILOT, SHARED
 
 from rifflux.index.chunker import (
     Chunk,
@@ -19,7 +20,8 @@ from rifflux.index.chunker import (
     normalize_rel_path,
 )
 
-CORPUS = Path("/work/shared/corpora/awesome-copilot")
+VENDORED = AWESOME_COPILOT / "agents"
+SHARED_CORPUS = SHARED / "corpora" / "awesome-copilot"
 
 # A fence opener/closer, possibly inside blockquote markers or after a list marker.
 _FENCE_LINE = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d+[.)])[ \t]+)?(`{3,}|~{3,})(.*)$")
@@ -400,17 +402,24 @@ def test_chunk_id_is_sha256_of_normalised_path_and_index() -> None:
 # --- the real corpus ------------------------------------------------------------------------------
 
 
-def corpus_sample() -> list[Path]:
-    if not CORPUS.is_dir():
-        return []
-    files = sorted(p for p in CORPUS.rglob("*") if p.suffix.lower() in {".md", ".markdown"})
+def markdown_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() in {".md", ".markdown"})
+
+
+def shared_sample() -> list[object]:
+    """Every 12th markdown file of the full shared corpus, plus the 3 largest (skip if absent)."""
+    if not SHARED_CORPUS.is_dir():
+        reason = f"{SHARED_CORPUS} missing: only the vendored agents/ are checked"
+        return [pytest.param(None, id="no-shared-corpus", marks=pytest.mark.skip(reason=reason))]
+    files = markdown_files(SHARED_CORPUS)
     largest = sorted(files, key=lambda p: p.stat().st_size)[-3:]
-    return sorted(set(files[::12] + largest))
+    return [
+        pytest.param(p, id=str(p.relative_to(SHARED_CORPUS)))
+        for p in sorted(set(files[::12] + largest))
+    ]
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="awesome-copilot corpus not available")
-@pytest.mark.parametrize("path", corpus_sample(), ids=lambda p: str(p.relative_to(CORPUS)))
-def test_corpus_file_loses_no_word_and_never_splits_a_fence(path: Path) -> None:
+def assert_loses_no_word_and_never_splits_a_fence(path: Path) -> None:
     text = path.read_text(encoding="utf-8").replace("\r\n", "\n").removeprefix("\ufeff")
     chunks = chunk_document(text, str(path), max_chars=1200, min_chars=150)
     assert not Counter(text.split()) - Counter(words_in(chunks))
@@ -421,3 +430,17 @@ def test_corpus_file_loses_no_word_and_never_splits_a_fence(path: Path) -> None:
             assert any(source in chunk.content for chunk in chunks)
     if not has_unclosed_fence(text):
         assert not any(has_unclosed_fence(chunk.content) for chunk in chunks)
+
+
+def test_vendored_corpus_is_present() -> None:
+    assert len(markdown_files(VENDORED)) == 224
+
+
+@pytest.mark.parametrize("path", markdown_files(VENDORED), ids=lambda p: p.name)
+def test_vendored_corpus_file_loses_no_word_and_never_splits_a_fence(path: Path) -> None:
+    assert_loses_no_word_and_never_splits_a_fence(path)
+
+
+@pytest.mark.parametrize("path", shared_sample())
+def test_shared_corpus_file_loses_no_word_and_never_splits_a_fence(path: Path) -> None:
+    assert_loses_no_word_and_never_splits_a_fence(path)

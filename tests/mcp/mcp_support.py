@@ -9,6 +9,7 @@ fixtures they use from here: a ``conftest.py`` in this directory would shadow
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,6 +98,53 @@ def build_tree(root: Path) -> IndexedTree:
 
 def server_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "rifflux.mcp", *args]
+
+
+def plain_words(query: str) -> str:
+    """``query`` with every character that is not part of a word replaced by a space."""
+    return re.sub(r"\W+", " ", query)
+
+
+def worker_children(root: Path) -> set[int]:
+    """PIDs of the worker processes (``workers.child``) under this test's server in ``root``.
+
+    Read from ``/proc``: the server is a child of this process whose working directory is
+    ``root``; its pool's arbiter starts the workers.
+    """
+    found: set[int] = set()
+    pending = [pid for pid in _children(os.getpid()) if _cwd(pid) == root.resolve()]
+    while pending:
+        pid = pending.pop()
+        if "workers.child" in _cmdline(pid):
+            found.add(pid)
+        pending.extend(_children(pid))
+    return found
+
+
+def _children(pid: int) -> set[int]:
+    """Children started by any thread of ``pid`` (the server starts its pool from a worker
+    thread, and ``/proc/PID/task/TID/children`` lists only that thread's)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.update(int(child) for child in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
 
 
 # Fixtures are registered under their ``name``; a test module imports the ``*_fixture``

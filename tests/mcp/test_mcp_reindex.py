@@ -19,6 +19,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
     build_tree,
     server_command,
     tree_fixture,
+    worker_children,
     write_docs,
 )
 
@@ -124,8 +125,11 @@ async def test_background_reindex_returns_at_once_and_shows_in_status(
     assert job["roots"] == [str(reindex_tree.root / "later")]
     assert (job["files_done"], job["errors"]) == (1, [])
     status = await ok(session, "index_status")
-    assert status["live_workers"]["count"] >= 1
-    assert status["live_workers"]["count"] == len(status["live_workers"]["workers"])
+    # RIFFLUX_WORKERS=1: the server's pool runs exactly one worker process, found in /proc.
+    children = worker_children(reindex_tree.root)
+    assert len(children) == 1
+    assert status["live_workers"]["count"] == len(children)
+    assert {w["pid"] for w in status["live_workers"]["workers"]} == children
 
 
 async def test_twenty_concurrent_searches_succeed_while_a_reindex_runs(

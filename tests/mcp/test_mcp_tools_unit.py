@@ -10,6 +10,7 @@ import pytest
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
+    plain_words,
     shared_tree_fixture,
     tool_context_fixture,
     tree_fixture,
@@ -50,7 +51,9 @@ def make_foreign_schema_db(path: Path) -> Path:
 )
 def test_fts_syntax_is_searched_as_plain_text(tool_context: ToolContext, query: str) -> None:
     response = tools.search_rifflux(tool_context, query, mode="lexical")
-    assert response["count"] == len(response["results"])
+    words_only = tools.search_rifflux(tool_context, plain_words(query), mode="lexical")
+    assert response["results"] == words_only["results"]
+    assert response["count"] == len(words_only["results"])
 
 
 def test_db_path_searches_another_index_and_reuses_its_service(

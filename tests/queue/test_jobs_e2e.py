@@ -50,7 +50,9 @@ def test_two_worker_processes_store_exactly_what_one_process_stores(
     assert record.batches_total > 10 and record.batches_done == record.batches_total
     stored = index_rows(settings.db_path)
     assert stored == reference_rows(tmp_path, corpus, settings)
-    assert record.chunks_embedded == len({row[5] for row in stored}) or record.chunks_embedded > 0
+    # Each batch embeds its texts that had no vector when the job was planned: at least
+    # every distinct vector stored, at most one per stored chunk.
+    assert len({row[7] for row in stored}) <= record.chunks_embedded <= len(stored)
 
     # A second job over the unchanged corpus embeds nothing and changes nothing.
     again = run_job(settings, corpus)
@@ -78,7 +80,6 @@ def test_killing_a_worker_mid_job_loses_and_duplicates_nothing(
     assert record.state == "completed", record.errors
     assert record.files_done == 120
     stored = index_rows(settings.db_path)
-    assert len({row[2] for row in stored}) == len(stored)
     assert stored == reference_rows(tmp_path, corpus, settings)
 
 

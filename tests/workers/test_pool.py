@@ -136,7 +136,6 @@ def test_random_kills_during_a_job_lose_and_duplicate_nothing(tmp_path: Path, po
     assert record.state == "completed", record.errors
     assert record.files_done == 120
     stored = index_rows(settings.db_path)
-    assert len({row[2] for row in stored}) == len(stored)
     assert stored == reference_rows(tmp_path, corpus, settings)
     pool.wait_full()
 
@@ -169,7 +168,6 @@ def test_kill_9_in_the_middle_of_a_write_transaction_leaves_no_partial_batch(
     assert written == 0 and visible == 0
     assert record.state == "completed", record.errors
     stored = index_rows(settings.db_path)
-    assert len({row[2] for row in stored}) == len(stored)
     assert stored == reference_rows(tmp_path, corpus, settings)
 
 
