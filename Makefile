@@ -22,7 +22,9 @@ run: install
 
 test: install
 	$(BIN)/ruff check rifflux workers tests benchmarks
+	$(BIN)/ruff format --check rifflux workers tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install
