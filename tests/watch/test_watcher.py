@@ -56,7 +56,8 @@ def test_an_edit_is_searchable_within_seconds(watched) -> None:
         wait_until(lambda: "docs/seed.md" in indexed_paths(settings), timeout=60)
         (root / "seed.md").write_text("# Seed\n\nNow about quasar telescopes.\n")
         wait_until(lambda: found(service, "quasar telescopes", "lexical"), timeout=60)
-        assert found(service, "quasar telescopes", "semantic")
+        # Vectors are searchable once the job's finalize step publishes the cache.
+        wait_until(lambda: found(service, "quasar telescopes", "semantic"), timeout=60)
     finally:
         watcher.stop()
         service.close()
