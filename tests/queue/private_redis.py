@@ -10,8 +10,10 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import redis
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -78,3 +80,16 @@ class PrivateRedis:
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+
+@pytest.fixture(name="private_redis")
+def private_redis_fixture(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own, killed at teardown (tests import this fixture)."""
+    if not redis_server_available():
+        pytest.skip("redis-server is not installed; these tests need a private Redis")
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()

@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from private_redis import PrivateRedis, redis_server_available
+from private_redis import (  # noqa: F401  (fixtures)
+    PrivateRedis,
+    private_redis_fixture,
+)
 from rifflux_testing import copy_corpus, index_rows, make_settings, wait_until
 from test_jobs_e2e import TEST_ACTORS, reference_rows
 
@@ -24,18 +26,6 @@ from rifflux.store.jobs import JobRecord
 pytestmark = pytest.mark.slow
 
 ACKS_PATTERN = "dramatiq:__acks__.*"
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if not redis_server_available():
-        pytest.skip("redis-server is not installed; chaos tests need a private Redis to kill")
-    server = PrivateRedis(tmp_path / "redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 def redis_settings(tmp_path: Path, url: str) -> Settings:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from dramatiq import Message
-from private_redis import PrivateRedis, redis_server_available
+from private_redis import (  # noqa: F401  (fixtures)
+    PrivateRedis,
+    private_redis_fixture,
+)
 from rifflux_testing import wait_until
 
 from rifflux.queue import names
@@ -18,18 +19,6 @@ from rifflux.store import jobs
 from rifflux.store.connection import open_index, transaction
 
 QUEUE = "rifflux_test_lease"
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if not redis_server_available():
-        pytest.skip("redis-server is not installed; these tests need a private Redis")
-    server = PrivateRedis(tmp_path / "redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 def broker_for(server: PrivateRedis, query: str) -> RedisBroker:
