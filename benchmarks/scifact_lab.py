@@ -13,17 +13,13 @@ to the same candidate lists the core fuses, fetched through the core's ``SearchS
 from __future__ import annotations
 
 import copy
-import shutil
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from rifflux.embed.base import Embedder, l2_normalise
-from rifflux.eval import beir
 from rifflux.eval.runner import ChunkSearch, EvalIndex
 from rifflux.search.fusion import rrf_fuse
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_search
@@ -309,27 +305,3 @@ class Lab:
             return [key[0] for key in fusion(lex, sem)[:n]]
 
         return search
-
-
-def seed_cache(source: Path, target: Path) -> bool:
-    """Start ``target``'s index as a copy of ``source``'s (same documents, same mtimes),
-    so a forced re-index re-embeds only the chunks whose embedding input changed.
-
-    False when ``target`` already has an index. Delete ``target`` if that forced
-    re-index was interrupted.
-    """
-    if (target / beir.DB_NAME).exists() or not (source / beir.DB_NAME).exists():
-        return False
-    target.mkdir(parents=True, exist_ok=True)
-    # The backup API copies a consistent state, including what is still in the WAL.
-    source_db = sqlite3.connect(source / beir.DB_NAME)
-    target_db = sqlite3.connect(target / beir.DB_NAME)
-    try:
-        source_db.backup(target_db)
-    finally:
-        target_db.close()
-        source_db.close()
-    if not (target / beir.DOCS_DIR).exists():
-        shutil.copytree(source / beir.DOCS_DIR, target / beir.DOCS_DIR, copy_function=shutil.copy2)
-    shutil.copy2(source / beir.READY_MARKER, target / beir.READY_MARKER)
-    return True

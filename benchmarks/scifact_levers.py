@@ -3,7 +3,7 @@
     python benchmarks/scifact_levers.py --list               # experiment names
     python benchmarks/scifact_levers.py --only rrf-k20 minmax-a0.3
     python benchmarks/scifact_levers.py                      # all (~40 min on 2 cores)
-    python benchmarks/scifact_levers.py --index breadcrumb   # another index variant
+    python benchmarks/scifact_levers.py --index chunk2000    # another index variant
     python benchmarks/scifact_levers.py --top-k 10           # the depth a user searches at
 
 Each experiment changes one thing against the core defaults (FTS5 porter BM25 over
@@ -22,8 +22,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +35,12 @@ from scifact_lab import (
     max_scaled,
     rrf_fusion,
     score_fusion,
-    seed_cache,
     zscore,
 )
 
 from rifflux.config import Settings
 from rifflux.eval import beir
 from rifflux.eval.runner import ChunkSearch, evaluate_search, judged_queries, prepare_index
-from rifflux.index import prepare
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +48,6 @@ DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
 MODES = ("lexical", "semantic", "hybrid")
 
 SearchFactory = Callable[[Lab], ChunkSearch]
-CORE_EMBEDDING_INPUT = prepare.embedding_input
 
 
 @dataclass(frozen=True)
@@ -195,35 +191,13 @@ def experiments() -> list[Experiment]:
     return found
 
 
-def breadcrumb_input(heading_path: str, content: str) -> str:
-    """The heading breadcrumb, then the chunk, when the chunk does not open with a heading."""
-    if heading_path and not content.startswith("#"):
-        return f"{heading_path}\n\n{content}"
-    return content
-
-
-INDEX_VARIANTS: dict[str, tuple[dict[str, Any], Callable[[str, str], str] | None]] = {
-    "default": ({}, None),
-    "breadcrumb": ({}, breadcrumb_input),
-    "chunk2000": ({"max_chunk_chars": 2000}, None),
-    "chunk2000-breadcrumb": ({"max_chunk_chars": 2000}, breadcrumb_input),
+# Index variants are settings overrides. The heading-breadcrumb embedding input this
+# script once compared (a patch of rifflux.index.prepare) is the core's default since
+# its measured gain (BENCHMARKS.md), so no variant patches a module any more.
+INDEX_VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "chunk2000": {"max_chunk_chars": 2000},
 }
-# A variant with the same chunks as another starts from a copy of that one's index.
-SEED_FROM = {
-    "breadcrumb": "default",
-    "chunk2000-breadcrumb": "chunk2000",
-}
-
-
-@contextmanager
-def index_variant(name: str) -> Iterator[dict[str, Any]]:
-    overrides, embed_input = INDEX_VARIANTS[name]
-    saved = prepare.embedding_input
-    prepare.embedding_input = embed_input or CORE_EMBEDDING_INPUT
-    try:
-        yield overrides
-    finally:
-        prepare.embedding_input = saved
 
 
 def machine() -> str:
@@ -264,17 +238,8 @@ def main() -> int:
     qrels_path = beir.resolve_qrels(args.dataset, args.qrels)
     qrels = beir.load_qrels(qrels_path)
     queries = judged_queries(beir.load_queries(args.dataset), qrels)
-    with index_variant(args.index) as overrides:
-        settings = Settings.from_env().with_overrides(**overrides)
-        seeded = False
-        if args.index in SEED_FROM:
-            # Same chunks as another variant: copy its index, re-embed only what changed.
-            with index_variant(SEED_FROM[args.index]) as seed_overrides:
-                seed_settings = Settings.from_env().with_overrides(**seed_overrides)
-                base = beir.cache_dir_for(args.dataset, seed_settings, args.cache_dir)
-            target = beir.cache_dir_for(args.dataset, settings, args.cache_dir)
-            seeded = seed_cache(base, target)
-        index = prepare_index(args.dataset, settings, cache_root=args.cache_dir, force=seeded)
+    settings = Settings.from_env().with_overrides(**INDEX_VARIANTS[args.index])
+    index = prepare_index(args.dataset, settings, cache_root=args.cache_dir)
     print(f"machine: {machine()}")
     print(
         f"dataset: {args.dataset} qrels {qrels_path.name}: {len(queries)} queries, "
