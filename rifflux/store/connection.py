@@ -216,33 +216,29 @@ def open_index(path: Path | str) -> sqlite3.Connection:
     db_path = Path(path)
     conn = connect(db_path, wal=False)
     try:
-        version = _stored_version(conn)
+        # One snapshot for the checks: another process may be creating the schema right
+        # now, and reads in separate statements could see before and after its commit.
+        with transaction(conn, write=False):
+            version = _stored_version(conn)
+            if version is None:
+                _refuse_foreign(conn, db_path)
         if version is None:
-            has_tables = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='files'"
-            ).fetchone()
-            if has_tables:
-                raise SchemaVersionError(
-                    f"{db_path} has no schema version (an old Rifflux index); {REBUILD_HINT}"
-                )
-            if conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
-                raise NotAnIndexError(
-                    f"{db_path} is an SQLite database but not a Rifflux index; "
-                    "pass another --db (or RIFFLUX_DB_PATH)"
-                )
             _use_wal(conn)
-
             with transaction(conn):
-                for statement in _split_sql(SCHEMA_SQL):
-                    conn.execute(statement)
-                # The vector cache's uid is born with the schema, so a search (which
-                # opens the index read-only) can always publish the cache files.
-                conn.execute(
-                    "INSERT OR IGNORE INTO index_metadata(key, value) VALUES "
-                    "('schema_version', ?), ('generation', '0'), (?, ?)",
-                    (str(SCHEMA_VERSION), INDEX_UID_KEY, secrets.token_hex(8)),
-                )
-        else:
+                # Re-read under the write lock: a racing opener may have created it.
+                version = _stored_version(conn)
+                if version is None:
+                    _refuse_foreign(conn, db_path)
+                    for statement in _split_sql(SCHEMA_SQL):
+                        conn.execute(statement)
+                    # The vector cache's uid is born with the schema, so a search (which
+                    # opens the index read-only) can always publish the cache files.
+                    conn.execute(
+                        "INSERT OR IGNORE INTO index_metadata(key, value) VALUES "
+                        "('schema_version', ?), ('generation', '0'), (?, ?)",
+                        (str(SCHEMA_VERSION), INDEX_UID_KEY, secrets.token_hex(8)),
+                    )
+        if version is not None:
             _check_version(db_path, version)
             _use_wal(conn)
             _add_missing_columns(conn)
@@ -250,6 +246,22 @@ def open_index(path: Path | str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _refuse_foreign(conn: sqlite3.Connection, db_path: Path) -> None:
+    """Raise unless a database without a schema version is empty (ours to create)."""
+    has_tables = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='files'"
+    ).fetchone()
+    if has_tables:
+        raise SchemaVersionError(
+            f"{db_path} has no schema version (an old Rifflux index); {REBUILD_HINT}"
+        )
+    if conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+        raise NotAnIndexError(
+            f"{db_path} is an SQLite database but not a Rifflux index; "
+            "pass another --db (or RIFFLUX_DB_PATH)"
+        )
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:

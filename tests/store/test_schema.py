@@ -1,5 +1,6 @@
 import json
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,31 @@ def test_an_index_without_the_job_plan_columns_gets_them_filled_from_options(
         assert old.planned and old.prune_paths == ["docs/gone.md"]
         assert old.skipped == [{"path": "a", "reason": "binary"}]
         assert (queued.planned, queued.skipped, queued.prune_paths) == (False, [], [])
+
+
+def test_openers_racing_to_create_a_new_index_all_get_it(tmp_path: Path) -> None:
+    # The watcher, the submitting client and a worker may all open a new index at once;
+    # none of them may mistake the half-created file for an old or a foreign database.
+    # (Before the fix, about 1 attempt in 9 failed this way.)
+    for attempt in range(50):
+        db = tmp_path / f"race-{attempt}" / "index.db"
+        barrier = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def open_once(
+            db: Path = db,
+            barrier: threading.Barrier = barrier,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            barrier.wait()
+            try:
+                open_index(db).close()
+            except Exception as exc:
+                errors.append(exc)
+
+        openers = [threading.Thread(target=open_once) for _ in range(8)]
+        for thread in openers:
+            thread.start()
+        for thread in openers:
+            thread.join()
+        assert errors == [], errors[0]
