@@ -152,6 +152,9 @@ class Settings:
     # A job whose pending messages have had no live consumer for this long is stalled:
     # a waiting client starts a local pool if it may, or fails with one line.
     stall_seconds: float = 60.0
+    # At startup, workers launched beside the MCP server (the Procfile's) get this long to
+    # show up before the server starts a local pool of its own.
+    startup_worker_grace_seconds: float = 15.0
     http_host: str = "127.0.0.1"
     http_port: int = 8765
     http_token: str = ""
@@ -208,6 +211,7 @@ class Settings:
         read("WORKER_MAX_RSS_MB", "worker_max_rss_mb", _non_negative_int)
         read("WORKER_ACTORS", "worker_actors", _module_name)
         read("STALL_SECONDS", "stall_seconds", _positive_float)
+        read("STARTUP_WORKER_GRACE_SECONDS", "startup_worker_grace_seconds", _non_negative_float)
         read("HTTP_HOST", "http_host", str.strip)
         read("HTTP_PORT", "http_port", _port)
         read("HTTP_TOKEN", "http_token", str.strip)

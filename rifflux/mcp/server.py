@@ -404,16 +404,12 @@ async def serve_http(server: MCPServer, settings: Settings, host: str, port: int
 # -- running ---------------------------------------------------------------------------
 
 
-# At startup, workers launched beside the server (Procfile) get this long to show up
-# before the server starts a local pool of its own.
-STARTUP_WORKER_GRACE_SECONDS = 15.0
-
-
 def ensure_workers_in_background(ctx: ToolContext) -> None:
-    """Start a local worker pool later, only if no worker shows up within the grace."""
+    """Start a local worker pool later, only if no worker shows up within
+    ``RIFFLUX_STARTUP_WORKER_GRACE_SECONDS`` (the Procfile's workers boot beside us)."""
     threading.Thread(
         target=ctx.queue.ensure_workers,
-        kwargs={"grace_seconds": STARTUP_WORKER_GRACE_SECONDS},
+        kwargs={"grace_seconds": ctx.settings.startup_worker_grace_seconds},
         name="rifflux-startup-workers",
         daemon=True,
     ).start()

@@ -73,6 +73,8 @@ class IndexedTree:
             RIFFLUX_BASE_DIR=str(self.root),
             RIFFLUX_WORKERS="1",
             RIFFLUX_LOG_LEVEL="INFO",
+            # No Procfile workers boot beside a test server: start its pool soon.
+            RIFFLUX_STARTUP_WORKER_GRACE_SECONDS="2",
             PYTHONPATH=str(REPO_ROOT),
         )
         env.update(extra)
