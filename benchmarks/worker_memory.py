@@ -41,19 +41,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from corpus_sample import copy_files
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
-
-
-def copy_files(source: Path, dest: Path, limit: int) -> int:
-    files = sorted(p for p in source.rglob("*.md") if p.is_file())[:limit]
-    for path in files:
-        target = dest / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-    return len(files)
 
 
 def descendants(pid: int) -> list[int]:

@@ -31,17 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from corpus_sample import copy_files
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
-
-
-def copy_files(source: Path, dest: Path, limit: int) -> None:
-    if not source.is_dir():
-        sys.exit(f"corpus not found: {source} (benchmarks read ../shared beside the repo)")
-    for path in sorted(p for p in source.rglob("*.md") if p.is_file())[:limit]:
-        target = dest / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
 
 
 def children_of(pid: int) -> list[int]:

@@ -20,17 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from corpus_sample import copy_files
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
-
-
-def copy_files(source: Path, dest: Path, limit: int) -> int:
-    files = sorted(p for p in source.rglob("*.md") if p.is_file())[:limit]
-    for path in files:
-        target = dest / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-    return len(files)
 
 
 def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
