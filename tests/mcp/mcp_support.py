@@ -11,11 +11,18 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
+import anyio
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.session import ClientRequestContext
+from mcp.client.stdio import stdio_client
+from mcp_types import ListRootsResult, Root
 
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
@@ -100,6 +107,45 @@ def build_tree(root: Path) -> IndexedTree:
 
 def server_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "rifflux.mcp", *args]
+
+
+@asynccontextmanager
+async def stdio_session(
+    tree: IndexedTree,
+    *args: str,
+    client_roots: Sequence[Path] | None = None,
+    errlog: TextIO | None = None,
+    **env: str,
+) -> AsyncIterator[ClientSession]:
+    """An initialised client session with ``rifflux serve`` over stdio on ``tree``.
+
+    ``client_roots``: the roots the client declares (MCP roots capability); ``errlog``:
+    where the server's stderr goes (default: this process's stderr).
+    """
+    command, *rest = server_command(*args)
+    params = StdioServerParameters(command=command, args=rest, env=tree.env(**env), cwd=tree.root)
+
+    async def list_roots(_context: ClientRequestContext) -> ListRootsResult:
+        return ListRootsResult(roots=[Root(uri=p.as_uri()) for p in client_roots or ()])
+
+    callback = list_roots if client_roots is not None else None
+    async with (
+        stdio_client(params, errlog=errlog or sys.stderr) as (read, write),
+        ClientSession(read, write, list_roots_callback=callback) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def call_ok(
+    session: ClientSession, tool: str, *, timeout: float, **arguments: Any
+) -> dict[str, Any]:
+    """The structured result of a tool call that must succeed within ``timeout`` s."""
+    with anyio.fail_after(timeout):
+        result = await session.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
 
 
 def plain_words(query: str) -> str:

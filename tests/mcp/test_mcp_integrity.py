@@ -12,16 +12,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from cache_damage import DAMAGES
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
     build_tree,
+    call_ok,
     server_command,
+    stdio_session,
 )
 
 from rifflux.search.request import SearchRequest
@@ -54,24 +54,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
 
 @pytest.fixture(scope="module")
 async def session(damaged_tree: IndexedTree) -> AsyncIterator[ClientSession]:
-    command, *args = server_command()
-    params = StdioServerParameters(
-        command=command, args=args, env=damaged_tree.env(), cwd=damaged_tree.root
-    )
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write) as client,
-    ):
-        await client.initialize()
+    async with stdio_session(damaged_tree) as client:
         yield client
 
 
 async def ok(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await session.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    return await call_ok(session, tool, timeout=CALL_TIMEOUT_S, **arguments)
 
 
 async def search(session: ClientSession, mode: str) -> dict[str, Any]:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
     build_tree,
+    call_ok,
     server_command,
+    stdio_session,
     tree_fixture,
     worker_children,
     write_docs,
@@ -27,18 +27,6 @@ pytestmark = pytest.mark.anyio
 
 CALL_TIMEOUT_S = 60
 BULK_FILES = 400
-
-
-@asynccontextmanager
-async def stdio_session(tree: IndexedTree, *args: str) -> AsyncIterator[ClientSession]:
-    command, *rest = server_command(*args)
-    params = StdioServerParameters(command=command, args=rest, env=tree.env(), cwd=tree.root)
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +41,7 @@ async def session(reindex_tree: IndexedTree) -> AsyncIterator[ClientSession]:
 
 
 async def ok(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await session.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    return await call_ok(session, tool, timeout=CALL_TIMEOUT_S, **arguments)
 
 
 async def job_state(session: ClientSession, job_id: str, *, until: str) -> dict[str, Any]:

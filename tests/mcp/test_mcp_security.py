@@ -11,23 +11,21 @@ import hashlib
 import os
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.session import ClientRequestContext
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
     build_tree,
+    call_ok,
     server_command,
+    stdio_session,
 )
-from mcp_types import ListRootsResult, Root
 
 from rifflux.index.scan import SYMLINK_OUTSIDE
 
@@ -36,25 +34,6 @@ pytestmark = pytest.mark.anyio
 CALL_TIMEOUT_S = 90
 SECRET = "-----BEGIN OPENSSH PRIVATE KEY----- zebracorn"
 DIARY = "# Diary\n\nThe password is platypus-lantern.\n"
-
-
-@asynccontextmanager
-async def stdio_session(
-    tree: IndexedTree, *, client_roots: Sequence[Path] | None = None, **env: str
-) -> AsyncIterator[ClientSession]:
-    command, *rest = server_command()
-    params = StdioServerParameters(command=command, args=rest, env=tree.env(**env), cwd=tree.root)
-
-    async def list_roots(_context: ClientRequestContext) -> ListRootsResult:
-        return ListRootsResult(roots=[Root(uri=p.as_uri()) for p in client_roots or ()])
-
-    callback = list_roots if client_roots is not None else None
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write, list_roots_callback=callback) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, Any]:

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
+    call_ok,
     plain_words,
     server_command,
     shared_tree_fixture,
+    stdio_session,
 )
 from mcp_types import CallToolResult
 
@@ -43,15 +44,7 @@ def read_stderr(log: IO[str]) -> str:
 
 @pytest.fixture(scope="module")
 async def session(shared_tree: IndexedTree, server_stderr: IO[str]) -> AsyncIterator[ClientSession]:
-    command, *args = server_command()
-    params = StdioServerParameters(
-        command=command, args=args, env=shared_tree.env(), cwd=shared_tree.root
-    )
-    async with (
-        stdio_client(params, errlog=server_stderr) as (read, write),
-        ClientSession(read, write) as client,
-    ):
-        await client.initialize()
+    async with stdio_session(shared_tree, errlog=server_stderr) as client:
         yield client
 
 
