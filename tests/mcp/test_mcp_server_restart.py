@@ -30,7 +30,10 @@ def start_server(tree: IndexedTree, log: Path, *args: str) -> tuple[subprocess.P
     port = free_port()
     env = tree.env(
         RIFFLUX_WORKER_ACTORS="rifflux_test_actors",
-        RIFFLUX_TEST_EMBED_DELAY="0.3",
+        # Embeds wait on the gate, opened only for the restarted server: the job is
+        # certainly unfinished when the first server is killed, however slow the machine.
+        RIFFLUX_TEST_EMBED_GATE=str(tree.root.parent / "gate"),
+        RIFFLUX_TEST_EMBED_ATTEMPTS=str(tree.root.parent / "embed-attempts"),
         RIFFLUX_BATCH_TARGET_BYTES="20000",
         PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests" / "queue")]),
     )
@@ -64,7 +67,8 @@ async def test_a_killed_server_leaves_no_pool_and_its_restart_finishes_the_job(
         def job() -> JobRecord:
             return queue.job(job_id) or JobRecord("", [], {}, "")
 
-        wait_until(lambda: job().batches_done >= 2, timeout=120)
+        attempts = tmp_path / "embed-attempts"
+        wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1, timeout=120)
         assert not job().finished
         pools = children_of(server.pid)
         workers = [pid for pool in pools for pid in children_of(pool)]
@@ -75,6 +79,7 @@ async def test_a_killed_server_leaves_no_pool_and_its_restart_finishes_the_job(
         wait_until(lambda: not any(alive(pid) for pid in pools + workers), timeout=60)
         assert not job().finished
 
+        (tmp_path / "gate").touch()
         server, port = start_server(tree, log)
         wait_until(lambda: job().finished, timeout=180)
         async with http_session(f"http://127.0.0.1:{port}/mcp") as session:

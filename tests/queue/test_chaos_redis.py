@@ -57,11 +57,19 @@ def test_a_killed_workers_unacked_batches_are_redelivered_and_the_job_completes(
     corpus = copy_corpus(tmp_path / "docs", limit=60)
     # The shipped defaults (no URL options): what an operator gets.
     settings = redis_settings(tmp_path, private_redis.url())
-    victim = start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.5")
+    # The victim's embeds wait on a gate that never opens, so it dies holding fetched,
+    # unacked batches however slow the machine is (a timed delay raced the kill under load).
+    attempts = tmp_path / "embed-attempts"
+    victim = start_workers(
+        settings,
+        module=TEST_ACTORS,
+        RIFFLUX_TEST_EMBED_GATE=str(tmp_path / "never-opened"),
+        RIFFLUX_TEST_EMBED_ATTEMPTS=str(attempts),
+    )
     queue = IndexQueue(settings)
     try:
         job_id = queue.submit([corpus])
-        wait_until(lambda: progress(queue, job_id).batches_done >= 2)
+        wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1)
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
         # Only the victim consumed: whatever is unacked now was held by the dead process
@@ -82,14 +90,25 @@ def test_a_redis_restart_mid_job_loses_its_messages_and_the_job_is_resent(
 ) -> None:
     corpus = copy_corpus(tmp_path / "docs", limit=60)
     settings = redis_settings(tmp_path, private_redis.url())
-    start_workers(settings, module=TEST_ACTORS, RIFFLUX_TEST_EMBED_DELAY="0.5")
+    # Embeds wait on a gate opened only after the restart, so the job is mid-flight when
+    # Redis dies however slow the machine is.
+    gate = tmp_path / "gate"
+    attempts = tmp_path / "embed-attempts"
+    start_workers(
+        settings,
+        module=TEST_ACTORS,
+        RIFFLUX_TEST_EMBED_GATE=str(gate),
+        RIFFLUX_TEST_EMBED_ATTEMPTS=str(attempts),
+    )
     queue = IndexQueue(settings)
     try:
         job_id = queue.submit([corpus])
-        wait_until(lambda: progress(queue, job_id).batches_done >= 2)
+        wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1)
+        assert progress(queue, job_id).state != "completed"
         private_redis.kill()  # no persistence: every queued and unacked message is gone
         time.sleep(2)
         private_redis.start()
+        gate.touch()
         # Bounded: a job whose messages are lost must not leave its waiter hanging.
         record = queue.wait(job_id, timeout=120)
     finally:
