@@ -1,20 +1,30 @@
-"""Semantic search on the memory-mapped vector cache at 20k, 100k and 1M chunks.
+"""Semantic search on the memory-mapped vector cache at 20k, 100k and 1M chunks: the exact
+int8 scan against the HNSW graph.
 
-Synthetic L2-normalised float32 vectors (dim 384) are written with the cache's own
-segment writer and manifest, then a fresh process (so its RSS is the front process's)
-memory-maps them through the reader the search service uses and times top-k searches
-(limit 20: top_k 10 x the default candidate multiplier 2). The floor is one ``np.sum``
-pass over the same memory-mapped matrix (memory bandwidth), measured in the same run.
-``open_ms``/``open_cpu_s`` is the first map in the process, which verifies every file's
-sha256; ``reopen_ms`` a second map (files already verified by this process);
-``restat_us`` the per-search re-stat of the mapped files; ``rows_check_ms`` (service)
-the one comparison of a fresh cache's rowids with the database per loaded manifest, and
-``rows_check_thorough_ms`` the full identity comparison of ``rifflux status --check``.
-Optionally times the ONNX query embedding, which a real hybrid search adds, and the
-search service end to end (query embedding, cache, SQLite) on an existing index.
+Synthetic int8 rows (dim 384) drawn around a few thousand centroids (clustered, as real
+embeddings are; 1M rows: 3,000 centroids) are written with the cache's own segment
+writer, HNSW graph builder and manifest, in a fresh process (``build``: segment and graph
+times, the RSS the graph build adds). Then a fresh process per mode (so its RSS is the
+front process's) memory-maps them through the reader the search service uses and times
+top-k searches (limit 20: top_k 10 x the default candidate multiplier 2) of queries drawn
+around the same centroids: ``exact`` scans every row, ``hnsw`` asks the graph for ``--ef``
+candidates and rescores them exactly. ``cpu_p50_ms`` is the searching thread's CPU time
+(what other jobs on a shared machine do not inflate); ``recall_at_10`` compares each HNSW
+search's top 10 with the exact scan's. ``open_ms``/``open_cpu_s`` is the first map in the
+process, which verifies every file's sha256; ``restat_us`` the per-search re-stat of the
+mapped files; RSS is split into anonymous and file-backed (mapped) memory.
+``--real-db`` does exact vs HNSW on a copy of a real index (published with a graph) with
+real queries; ``rows_check_ms`` (service) the one comparison of a fresh cache's rowids
+with the database per loaded manifest, and ``rows_check_thorough_ms`` the full identity
+comparison of ``rifflux status --check``. Optionally times the ONNX query embedding,
+which a real hybrid search adds, and the search service end to end (query embedding,
+cache, SQLite) on an existing index.
 
     .venv/bin/python benchmarks/vector_search.py
     .venv/bin/python benchmarks/vector_search.py --sizes 20000 100000 --onnx-queries 20
+    .venv/bin/python benchmarks/vector_search.py --sizes \
+        --real-db ~/.cache/rifflux/eval/scifact-76f8ce5360fd218e/index.db \
+        --real-queries ../shared/eval/scifact/queries.jsonl
     .venv/bin/python benchmarks/vector_search.py --sizes --service-db /tmp/ac-onnx/index.db
     .venv/bin/python benchmarks/vector_search.py --sizes --publish-db /tmp/ac-onnx/index.db
 """
@@ -22,6 +32,7 @@ search service end to end (query embedding, cache, SQLite) on an existing index.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -82,17 +93,61 @@ def machine() -> dict[str, object]:
     }
 
 
-def build(directory: Path, rows: int, seed: int) -> float:
-    """Write one base segment of ``rows`` random unit vectors and publish its manifest."""
-    from rifflux.vectors.segments import Manifest, normalize_rows, write_manifest, write_segment
+def centroid_count(rows: int) -> int:
+    """Clusters of ~300 rows, at most 3,000 (1M rows: 3,000 centroids)."""
+    return max(16, min(3000, rows // 300))
+
+
+def centroids_for(rows: int, seed: int) -> np.ndarray:
+    centroids = np.random.default_rng(seed).standard_normal((centroid_count(rows), DIM))
+    return centroids / np.linalg.norm(centroids, axis=1, keepdims=True)
+
+
+# Noise of norm ~1 around a unit centroid: rows at cosine ~0.7 to their centroid.
+SPREAD = 1.0 / np.sqrt(DIM)
+
+
+def clustered_rows(rows: int, seed: int) -> np.ndarray:
+    """int8 rows (as the cache stores them) drawn around ``centroid_count`` centroids."""
+    from rifflux.vectors.quantize import quantize_rows
+
+    centroids = centroids_for(rows, seed)
+    rng = np.random.default_rng(seed + 1)
+    matrix = np.empty((rows, DIM), dtype=np.int8)
+    for start in range(0, rows, BLOCK_ROWS):
+        stop = min(rows, start + BLOCK_ROWS)
+        around = centroids[rng.integers(0, centroids.shape[0], stop - start)]
+        matrix[start:stop] = quantize_rows(around + SPREAD * rng.standard_normal(around.shape))
+    return matrix
+
+
+def clustered_queries(rows: int, queries: int, seed: int) -> np.ndarray:
+    """Float queries drawn like the rows of ``clustered_rows(rows, seed)``."""
+    centroids = centroids_for(rows, seed)
+    rng = np.random.default_rng(seed + 2)
+    around = centroids[rng.integers(0, centroids.shape[0], queries)]
+    return around + SPREAD * rng.standard_normal(around.shape)
+
+
+def clustered(rows: int, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    return clustered_rows(rows, seed), clustered_queries(rows, queries, seed)
+
+
+def build(directory: Path, rows: int, seed: int) -> dict[str, object]:
+    """Runs in a fresh process: write one base segment of ``rows`` clustered int8 rows,
+    its HNSW graph (timed apart; ``builder_rss_after_graph`` VmHWM is the peak during the
+    graph build, the data generation's peak reset before it) and the manifest."""
+    from rifflux.vectors.segments import (
+        Manifest,
+        attach_hnsw,
+        write_manifest,
+        write_segment,
+    )
 
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    vectors = np.empty((rows, DIM), dtype=np.float32)
-    for start in range(0, rows, BLOCK_ROWS):
-        stop = min(rows, start + BLOCK_ROWS)
-        vectors[start:stop] = normalize_rows(rng.standard_normal((stop - start, DIM)))
+    vectors = clustered_rows(rows, seed)
     ids = np.arange(1, rows + 1, dtype=np.int64)
     # Ten chunks per file, paths sorted: the order the publisher writes rows in.
     paths = [f"docs/d{i // 10:07d}.md" for i in range(rows)]
@@ -105,63 +160,93 @@ def build(directory: Path, rows: int, seed: int) -> float:
         paths,
         ids % 10,
     )
+    segment_s = time.perf_counter() - started
+    # Reset VmHWM (Linux: "5" to clear_refs), so the peak below is the graph build's.
+    Path("/proc/self/clear_refs").write_text("5")
+    before = proc_status()
+    cpu = os.times()
+    started = time.perf_counter()
+    ref = attach_hnsw(directory, ref, vectors)
+    hnsw_s = time.perf_counter() - started
+    after = os.times()
     write_manifest(directory, Manifest("benchmark", 0, "synthetic:384", DIM, "benchmark", (ref,)))
-    return time.perf_counter() - started
+    assert ref.hnsw is not None
+    return {
+        "segment_build_s": round(segment_s, 1),
+        "hnsw_build_s": round(hnsw_s, 1),
+        "hnsw_build_cpu_s": round((after.user - cpu.user) + (after.system - cpu.system), 1),
+        "hnsw_file_mib": round((directory / ref.hnsw).stat().st_size / 2**20, 1),
+        "vec_file_mib": round(rows * DIM / 2**20, 1),
+        "builder_rss_before_graph": before,
+        "builder_rss_after_graph": proc_status(),
+    }
 
 
-def measure(directory: Path, queries: int, seed: int) -> dict[str, object]:
-    """Runs in a fresh process: map the cache, time searches and the np.sum floor."""
+def measure(directory: Path, queries: int, seed: int, mode: str, ef: int) -> dict[str, object]:
+    """Runs in a fresh process: map the cache (``mode`` exact or hnsw), time searches; for
+    hnsw, then recall@10 of each search against the exact scan (after the RSS reading)."""
     from rifflux.vectors.cache import open_view
+    from rifflux.vectors.segments import search_segments
 
     rss_start = proc_status()
     cpu = os.times()
     started = time.perf_counter()
-    view = open_view(directory)
+    view = open_view(directory, None if mode == "exact" else ef)
     assert view is not None
     open_ms = (time.perf_counter() - started) * 1000
     after = os.times()
     open_cpu_s = (after.user - cpu.user) + (after.system - cpu.system)
-    started = time.perf_counter()
-    assert open_view(directory) is not None
-    reopen_ms = (time.perf_counter() - started) * 1000
     restat = []
     for _ in range(200):
         t0 = time.perf_counter()
         assert view.changed_file() is None
         restat.append((time.perf_counter() - t0) * 1e6)
-    rng = np.random.default_rng(seed)
-    qs = rng.standard_normal((queries + 3, DIM)).astype(np.float32)
+    rows = view.live_rows
+    qs = clustered_queries(rows, queries + 3, seed)
     for q in qs[:3]:  # warm-up: map the pages
         view.search(q, LIMIT)
-    timings = []
+    timings, cpu_timings, found = [], [], []
     for q in qs[3:]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         hits = view.search(q, LIMIT)
         timings.append((time.perf_counter() - t0) * 1000)
+        cpu_timings.append((time.thread_time() - c0) * 1000)
         assert len(hits) == LIMIT
-    matrix = view.segments[0].vectors
-    floor = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        np.sum(matrix)
-        floor.append((time.perf_counter() - t0) * 1000)
-    p50 = statistics.median(timings)
-    floor_ms = statistics.median(floor)
-    return {
-        "rows": view.live_rows,
-        "matrix_mib": round(matrix.nbytes / 2**20),
+        found.append(hits)
+    rss_searches = proc_status()
+    report: dict[str, object] = {
+        "mode": mode,
+        "rows": rows,
         "queries": queries,
         "open_ms": round(open_ms, 1),
         "open_cpu_s": round(open_cpu_s, 2),
-        "reopen_ms": round(reopen_ms, 1),
         "restat_us": round(statistics.median(restat), 1),
-        "p50_ms": round(p50, 2),
+        "p50_ms": round(statistics.median(timings), 2),
         "p95_ms": round(percentile(timings, 0.95), 2),
-        "np_sum_floor_ms": round(floor_ms, 2),
-        "p50_over_floor": round(p50 / floor_ms, 2),
+        # CPU time of the searching thread: what a search costs without the other jobs
+        # that share the machine (wall time above includes waiting for a core).
+        "cpu_p50_ms": round(statistics.median(cpu_timings), 2),
         "rss_before_open": rss_start,
-        "rss_after_searches": proc_status(),
+        "rss_after_searches": rss_searches,
     }
+    if mode == "exact":
+        matrix = view.segments[0].vectors
+        floor = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            np.sum(matrix)
+            floor.append((time.perf_counter() - t0) * 1000)
+        report["np_sum_floor_ms"] = round(statistics.median(floor), 2)
+    else:
+        exact = [dataclasses.replace(s, graph=None) for s in view.segments]
+        recalls = []
+        for q, hits in zip(qs[3:], found, strict=True):
+            truth = {c.row_id for c in search_segments(exact, q, 10)}
+            recalls.append(len(truth & {h.row_id for h in hits[:10]}) / 10)
+        report["ef"] = ef
+        report["recall_at_10"] = round(float(np.mean(recalls)), 4)
+        report["recall_at_10_min"] = round(float(np.min(recalls)), 2)
+    return report
 
 
 def onnx_query_ms(count: int) -> dict[str, object]:
@@ -218,6 +303,59 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     return report
 
 
+def real_index(db_path: Path, queries_file: Path, count: int, ef: int) -> dict[str, object]:
+    """Exact vs HNSW on a real index (a copy, published with a graph): p50 and recall@10
+    of ``count`` real queries, embedded with the index's model."""
+    from rifflux.config import Settings
+    from rifflux.embed.factory import make_embedder
+    from rifflux.store.connection import open_index
+    from rifflux.store.reader import get_metadata
+    from rifflux.vectors.cache import open_view
+    from rifflux.vectors.publish import publish
+    from rifflux.vectors.segments import search_segments, vectors_dir
+
+    texts = [json.loads(line)["text"] for line in queries_file.read_text().splitlines()][:count]
+    with tempfile.TemporaryDirectory(prefix="rifflux-real-") as tmp:
+        db = Path(tmp) / "index.db"
+        shutil.copyfile(db_path, db)
+        conn = open_index(db)
+        model = get_metadata(conn, "embedding_model") or ""
+        conn.close()
+        backend = "onnx" if model.startswith("onnx:") else "hash"
+        embedder = make_embedder(Settings(embedding_backend=backend))
+        qs = embedder.embed_batch(texts)
+        started = time.perf_counter()
+        result = publish(db, source="benchmark", full=True, vector_index="hnsw")
+        assert result is not None
+        publish_s = time.perf_counter() - started
+        exact_view = open_view(vectors_dir(db))
+        hnsw_view = open_view(vectors_dir(db), ef)
+        assert exact_view is not None and hnsw_view is not None
+        report: dict[str, object] = {
+            "db": str(db_path),
+            "model": model,
+            "rows": exact_view.live_rows,
+            "queries": len(texts),
+            "publish_with_graph_s": round(publish_s, 1),
+        }
+        for name, view in (("exact", exact_view), ("hnsw", hnsw_view)):
+            timings = []
+            for q in qs:
+                t0 = time.perf_counter()
+                view.search(q, LIMIT)
+                timings.append((time.perf_counter() - t0) * 1000)
+            report[f"{name}_p50_ms"] = round(statistics.median(timings), 2)
+        recalls = []
+        for q in qs:
+            truth = {c.row_id for c in search_segments(exact_view.segments, q, 10)}
+            found = {c.row_id for c in hnsw_view.search(q, LIMIT)[:10]}
+            recalls.append(len(truth & found) / 10)
+        report["ef"] = ef
+        report["recall_at_10"] = round(float(np.mean(recalls)), 4)
+        report["recall_at_10_min"] = round(float(np.min(recalls)), 2)
+    return report
+
+
 def publish_ms(db_path: Path, rounds: int) -> dict[str, object]:
     """Full and no-op publishes on a copy of an index (CPU seconds and wall ms, p50)."""
     from rifflux.vectors.publish import publish
@@ -248,6 +386,13 @@ def publish_ms(db_path: Path, rounds: int) -> dict[str, object]:
     }
 
 
+def child_json(command: list[str]) -> dict[str, object]:
+    """Run a fresh process of this script; its last stdout line is a JSON object."""
+    child = subprocess.run(command, check=True, capture_output=True, text=True)
+    result: dict[str, object] = json.loads(child.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[20_000, 100_000, 1_000_000])
@@ -259,14 +404,24 @@ def main() -> int:
     parser.add_argument("--publish-db", type=Path, help="time publishes on a copy of this index")
     parser.add_argument("--workdir", type=Path, help="keep the caches here (default: temp dir)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ef", type=int, default=200, help="HNSW search breadth")
+    parser.add_argument("--real-db", type=Path, help="exact vs HNSW on a copy of this index")
+    parser.add_argument("--real-queries", type=Path, help="JSONL of {'text': ...} queries")
+    parser.add_argument("--real-count", type=int, default=300, help="real queries used")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--rows", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="exact", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     from rifflux.logs import configure_logging
 
     configure_logging("WARNING")
     if args.measure is not None:
-        print(json.dumps(measure(args.measure, args.queries, args.seed + 1)))
+        print(json.dumps(measure(args.measure, args.queries, args.seed, args.mode, args.ef)))
+        return 0
+    if args.build is not None:
+        print(json.dumps(build(args.build, args.rows, args.seed)))
         return 0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rifflux-vectors-"))
@@ -274,20 +429,21 @@ def main() -> int:
     try:
         for rows in args.sizes:
             directory = workdir / f"n{rows}" / "index.db.vectors"
-            build_s = build(directory, rows, args.seed) if not directory.exists() else None
+            result: dict[str, object] = {"rows": rows}
+            if not directory.exists():
+                command = [sys.executable, __file__, "--build", str(directory)]
+                command += ["--rows", str(rows), "--seed", str(args.seed)]
+                result["build"] = child_json(command)
             queries = args.queries if rows < 1_000_000 else args.queries_large
-            command = [sys.executable, __file__, "--measure", str(directory)]
-            command += ["--queries", str(queries), "--seed", str(args.seed)]
-            child = subprocess.run(
-                command,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            result = json.loads(child.stdout.strip().splitlines()[-1])
-            result["build_s"] = round(build_s, 1) if build_s is not None else None
+            for mode in ("exact", "hnsw"):
+                command = [sys.executable, __file__, "--measure", str(directory)]
+                command += ["--queries", str(queries), "--seed", str(args.seed)]
+                command += ["--mode", mode, "--ef", str(args.ef)]
+                result[mode] = child_json(command)
             report["sizes"].append(result)  # type: ignore[attr-defined]
             print(json.dumps(result), file=sys.stderr)
+        if args.real_db and args.real_queries:
+            report["real"] = real_index(args.real_db, args.real_queries, args.real_count, args.ef)
         if args.onnx_queries:
             report["onnx_query_embedding"] = onnx_query_ms(args.onnx_queries)
         if args.service_db:

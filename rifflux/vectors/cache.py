@@ -25,8 +25,9 @@ Staleness policy:
   repair: the next writer's publish does (any job, or ``rifflux index --repair``), since
   it refuses to reuse an unverified row. The verdict is kept per manifest stat key, so a
   corrupt cache is hashed once, not at every search.
-* outdated (format 1, written before checksums): served as stale (per-hit validation,
-  ``reason`` in the status); the next writer's publish republishes it in the new format.
+* outdated (format 1, written before checksums, or 2, float32 rows): served as stale
+  (rows quantized in memory at load, per-hit validation, ``reason`` in the status); the
+  next writer's publish republishes it in the new format.
 
 Row ids are compared with the database's once per loaded manifest, when its generation
 is the database's (:func:`rows_mismatch`: one read of the rowids, ~17 ms per 24k rows).
@@ -54,6 +55,7 @@ import structlog
 
 from rifflux.store.connection import transaction
 from rifflux.store.reader import IndexReader, get_metadata
+from rifflux.vectors.hnsw import DEFAULT_EF
 from rifflux.vectors.publish import (
     INDEX_UID_KEY,
     index_head,
@@ -73,9 +75,11 @@ from rifflux.vectors.segments import (
     live_column,
     load_segment,
     manifest_stat_key,
+    outdated_because,
     read_manifest,
     row_ident,
     search_segments,
+    segment_meta,
     vectors_dir,
 )
 
@@ -108,7 +112,7 @@ class CacheView:
 
     @property
     def outdated(self) -> bool:
-        """A format older than the writers' (no checksums): served as stale."""
+        """A format older than the writers' (no checksums, float32): served as stale."""
         return not format_is_current(self.manifest.format)
 
     def changed_file(self) -> str | None:
@@ -119,12 +123,17 @@ class CacheView:
                 return name
         return None
 
-    def search(self, query: np.ndarray, limit: int) -> list[Candidate]:
-        return search_segments(self.segments, query, limit)
+    def search(
+        self, query: np.ndarray, limit: int, admitted: np.ndarray | None = None
+    ) -> list[Candidate]:
+        return search_segments(self.segments, query, limit, admitted)
 
 
-def open_view(directory: Path) -> CacheView | None:
+def open_view(directory: Path, ef: int | None = None) -> CacheView | None:
     """Load the current manifest, verify and map its segments; None when there is none.
+
+    ``ef``: also map the segments' HNSW graphs, searched with that breadth (None: scan
+    every segment exactly).
 
     Raises CacheCorrupt when a file is damaged or missing, CacheUnusable when the
     manifest's format is not readable by this version.
@@ -135,7 +144,10 @@ def open_view(directory: Path) -> CacheView | None:
             return None
         manifest, stat_key = found
         try:
-            segments = tuple(load_segment(directory, s, manifest.dim) for s in manifest.segments)
+            segments = tuple(
+                load_segment(directory, s, manifest.dim, manifest.format, ef)
+                for s in manifest.segments
+            )
         except FileNotFoundError:
             continue  # A newer manifest replaced this one and its files were collected.
         return CacheView(manifest, segments, stat_key)
@@ -194,20 +206,26 @@ def memory_view(conn: sqlite3.Connection, model: str) -> CacheView:
         vectors = (
             read_vectors(conn, db.rowids, model, db.dim)
             if db.model == model
-            else np.zeros((0, db.dim), np.float32)
+            else np.zeros((0, db.dim), np.int8)
         )
         uid = get_metadata(conn, INDEX_UID_KEY) or ""
     distinct, ordinals = np.unique(np.asarray(db.paths, dtype=object), return_inverse=True)
-    meta = np.stack([db.rowids, db.idents, ordinals.astype(np.int64), db.chunk_indexes], 1)
-    segment = Segment(vectors, meta.reshape(-1, 4), tuple(str(p) for p in distinct))
+    meta = segment_meta(db.rowids, db.idents, ordinals, db.chunk_indexes, vectors)
+    segment = Segment(vectors, meta, tuple(str(p) for p in distinct))
     manifest = Manifest(uid, db.generation, db.model, db.dim, "memory", (), time.time())
     return CacheView(manifest, (segment,), None)
 
 
 class VectorCache:
-    """Holds the current view for one index and keeps it current; thread-safe."""
+    """Holds the current view for one index and keeps it current; thread-safe.
 
-    def __init__(self) -> None:
+    ``vector_index`` (``RIFFLUX_VECTOR_INDEX``): ``exact`` scans every row and ignores
+    HNSW graphs; ``auto`` and ``hnsw`` search a segment's graph when it has one (the
+    publisher decides which do), with breadth ``hnsw_ef``.
+    """
+
+    def __init__(self, *, vector_index: str = "auto", hnsw_ef: int = DEFAULT_EF) -> None:
+        self._ef: int | None = None if vector_index == "exact" else hnsw_ef
         self._view: CacheView | None = None
         # (manifest stat key, reason) of the last manifest found corrupt.
         self._corrupt: tuple[tuple[int, int, int], str] | None = None
@@ -249,7 +267,7 @@ class VectorCache:
                 return view
             self._view = None
             try:
-                view = open_view(directory)
+                view = open_view(directory, self._ef)
             except CacheCorrupt as exc:
                 log.warning("vectors.cache_corrupt", directory=str(directory), reason=str(exc))
                 if key is not None:
@@ -302,10 +320,12 @@ class VectorCache:
         model: str,
         query: np.ndarray,
         limit: int,
+        admitted: np.ndarray | None = None,
     ) -> list[SemanticHit]:
         """The ``limit`` chunks most similar to ``query``; only chunks that exist.
 
-        Raises CacheCorrupt instead of searching a damaged cache.
+        ``admitted`` (sorted chunk rowids, from a search filter): only those rows are
+        scored. Raises CacheCorrupt instead of searching a damaged cache.
         """
         if limit <= 0:
             return []
@@ -315,8 +335,9 @@ class VectorCache:
             view = self._memory_fallback(conn, generation, model)
         if view.manifest.generation == generation and not view.outdated:
             self._check_rows(conn, view)
-            return [SemanticHit(c.row_id, c.key, c.cosine) for c in view.search(query, limit)]
-        return self._search_validated(conn, view, model, query, limit)
+            hits = view.search(query, limit, admitted)
+            return [SemanticHit(c.row_id, c.key, c.cosine) for c in hits]
+        return self._search_validated(conn, view, model, query, limit, admitted)
 
     def _search_validated(
         self,
@@ -325,11 +346,12 @@ class VectorCache:
         model: str,
         query: np.ndarray,
         limit: int,
+        admitted: np.ndarray | None = None,
     ) -> list[SemanticHit]:
         """Search a lagging view; drop hits whose chunk was deleted or rewritten since."""
         fetch = limit * STALE_OVERFETCH
         while True:
-            candidates = view.search(query, fetch)
+            candidates = view.search(query, fetch, admitted)
             valid = _still_current(conn, model, candidates)
             hits = [SemanticHit(c.row_id, c.key, c.cosine) for c in candidates if valid(c)]
             if len(hits) >= limit or len(candidates) < fetch:
@@ -380,7 +402,7 @@ class VectorCache:
             state = "stale"
             if not format_is_current(manifest.format):
                 reason = (
-                    f"cache format {manifest.format} has no checksums; "
+                    f"cache format {manifest.format} {outdated_because(manifest.format)}; "
                     "the next index job republishes it"
                 )
         else:

@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from rifflux.config import Settings
 from rifflux.store.connection import (
     INDEX_UID_KEY,
     open_index,
@@ -59,6 +60,8 @@ from rifflux.store.connection import (
 )
 from rifflux.store.reader import IndexReader
 from rifflux.store.writer import IndexWriter
+from rifflux.vectors.hnsw import DEFAULT_EF, SUFFIX, wants_graph
+from rifflux.vectors.quantize import quantize_rows
 from rifflux.vectors.segments import (
     LOCK_NAME,
     MANIFEST_NAME,
@@ -69,10 +72,10 @@ from rifflux.vectors.segments import (
     Manifest,
     Segment,
     SegmentRef,
+    attach_hnsw,
     format_is_current,
     live_column,
     load_segment,
-    normalize_rows,
     read_manifest,
     row_ident,
     vectors_dir,
@@ -170,12 +173,13 @@ def list_rowids(conn: sqlite3.Connection, model: str | None, dim: int) -> np.nda
 
 
 def read_vectors(conn: sqlite3.Connection, rowids: np.ndarray, model: str, dim: int) -> np.ndarray:
-    """Normalised vectors of ``rowids``, in that order."""
+    """The int8 rows (:func:`~rifflux.vectors.quantize.quantize_rows`) of ``rowids``, in
+    that order. The database keeps the float32 vectors, so a cache can be re-quantized."""
     out = np.empty((len(rowids), dim), dtype=np.float32)
     where = {int(r): i for i, r in enumerate(rowids)}
     for rowid, blob in IndexReader(conn).vectors_of_rowids(where, model):
         out[where[int(rowid)]] = np.frombuffer(blob, dtype="<f4", count=dim)
-    return normalize_rows(out)
+    return quantize_rows(out)
 
 
 def _open_current(directory: Path) -> tuple[Manifest | None, list[Segment], str | None]:
@@ -190,7 +194,12 @@ def _open_current(directory: Path) -> tuple[Manifest | None, list[Segment], str 
         manifest = found[0]
         if not format_is_current(manifest.format):
             return manifest, [], f"cache format {manifest.format} is outdated"
-        return manifest, [load_segment(directory, s, manifest.dim) for s in manifest.segments], None
+        # Graphs are verified (ef given) like every file a publisher reuses.
+        segments = [
+            load_segment(directory, s, manifest.dim, manifest.format, DEFAULT_EF)
+            for s in manifest.segments
+        ]
+        return manifest, segments, None
     except (CacheUnusable, FileNotFoundError) as exc:
         log.warning("vectors.manifest_unusable", directory=str(directory), error=str(exc))
         return None, [], str(exc) or type(exc).__name__
@@ -202,12 +211,17 @@ def publish(
     source: str,
     blocking: bool = True,
     full: bool = False,
+    vector_index: str | None = None,
 ) -> PublishResult | None:
     """Bring the cache up to the database's current generation.
 
     ``full`` rewrites every row from the database whatever the cache holds.
+    ``vector_index`` (auto, exact, hnsw; default ``RIFFLUX_VECTOR_INDEX``) decides which
+    segments get an HNSW graph (:func:`~rifflux.vectors.hnsw.wants_graph`); a segment
+    kept from an earlier publish gets its graph too if it lacks one.
     Returns None only when ``blocking`` is False and another publisher holds the lock.
     """
+    mode = vector_index or Settings.from_env().vector_index
     directory = vectors_dir(db_path)
     directory.mkdir(parents=True, exist_ok=True)
     with publish_lock(directory, blocking=blocking) as locked:
@@ -215,26 +229,28 @@ def publish(
             return None
         conn = open_index(db_path)
         try:
-            return _publish_locked(conn, directory, source, full)
+            return _publish_locked(conn, directory, source, full, mode)
         finally:
             conn.close()
 
 
-def publish_quietly(db_path: Path | str, *, source: str) -> PublishResult | None:
+def publish_quietly(
+    db_path: Path | str, *, source: str, vector_index: str | None = None
+) -> PublishResult | None:
     """:func:`publish` for writers: a cache failure is logged, never raised.
 
     Searches keep serving a stale cache (validating each hit) or a missing one from
     memory until the next writer publishes.
     """
     try:
-        return publish(db_path, source=source)
+        return publish(db_path, source=source, vector_index=vector_index)
     except Exception as exc:
         log.exception("vectors.publish_failed", db_path=str(db_path), error=str(exc))
         return None
 
 
 def _publish_locked(
-    conn: sqlite3.Connection, directory: Path, source: str, full: bool
+    conn: sqlite3.Connection, directory: Path, source: str, full: bool, mode: str
 ) -> PublishResult:
     started = time.perf_counter()
     uid = ensure_index_uid(conn)
@@ -254,9 +270,11 @@ def _publish_locked(
             # Writers bump the generation with every row change, so equal rowids at an
             # equal generation are equal rows; anything else is damage to republish.
             if np.array_equal(live_column(segments, META_ROWID), list_rowids(conn, model, dim)):
-                return PublishResult(current, "unchanged", 0, 0)
-            discarded = f"the cached rows do not match the database at generation {generation}"
-            reusable = False
+                if not _graphs_missing(current.segments, mode):
+                    return PublishResult(current, "unchanged", 0, 0)
+            else:
+                discarded = f"the cached rows do not match the database at generation {generation}"
+                reusable = False
         db = list_rows(conn, generation, model, dim)
         if not reusable:
             segments = []
@@ -264,32 +282,36 @@ def _publish_locked(
         fetched = (
             read_vectors(conn, db.rowids[plan.added], db.model, db.dim)
             if db.model and plan.added.any()
-            else np.zeros((0, db.dim), np.float32)
+            else np.zeros((0, db.dim), np.int8)
         )
 
     refs = list(current.segments) if reusable and current is not None else []
-    new_refs: list[SegmentRef] = []
+    # Each segment of the new manifest, with its int8 rows (to build a graph from).
+    kept: list[tuple[SegmentRef, np.ndarray]] = []
     for i, ref in enumerate(refs):
         if i in plan.rewrite:
             continue
         if plan.dead[i].shape[0] != ref.dead_rows:
             dead_name, digest = write_dead(directory, ref.id, plan.dead[i])
             ref = ref.with_dead(dead_name, digest, int(plan.dead[i].shape[0]))
-        new_refs.append(ref)
+        kept.append((ref, segments[i].vectors))
     take = plan.into_new
     if take.any():
         vectors = _gather_vectors(segments, plan, fetched, db.dim)
-        new_refs.append(
-            write_segment(
-                directory,
-                db.generation,
-                vectors,
-                db.rowids[take],
-                db.idents[take],
-                [p for p, t in zip(db.paths, take, strict=True) if t],
-                db.chunk_indexes[take],
-            )
+        ref = write_segment(
+            directory,
+            db.generation,
+            vectors,
+            db.rowids[take],
+            db.idents[take],
+            [p for p, t in zip(db.paths, take, strict=True) if t],
+            db.chunk_indexes[take],
         )
+        kept.append((ref, vectors))
+    new_refs = [
+        attach_hnsw(directory, ref, rows) if _graphs_missing((ref,), mode) else ref
+        for ref, rows in kept
+    ]
     manifest = Manifest(
         index_uid=uid,
         generation=db.generation,
@@ -314,6 +336,11 @@ def _publish_locked(
         duration_ms=round(1000 * (time.perf_counter() - started), 1),
     )
     return PublishResult(manifest, plan.action, int(plan.added.sum()), plan.removed, discarded)
+
+
+def _graphs_missing(refs: tuple[SegmentRef, ...], mode: str) -> bool:
+    """Does a segment lack the HNSW graph ``mode`` wants it to have?"""
+    return any(ref.hnsw is None and wants_graph(mode, ref.rows) for ref in refs)
 
 
 @dataclass(slots=True)
@@ -378,7 +405,7 @@ def _gather_vectors(
 ) -> np.ndarray:
     """Vectors of the rows that go into the new segment, in database (sorted) order."""
     take = np.flatnonzero(plan.into_new)
-    out = np.empty((take.shape[0], dim), dtype=np.float32)
+    out = np.empty((take.shape[0], dim), dtype=np.int8)
     src = plan.source[take]
     new_rows = src < 0
     out[new_rows] = fetched
@@ -402,7 +429,7 @@ def collect_garbage(directory: Path, *, keep: set[str]) -> int:
                     continue
             except FileNotFoundError:
                 continue
-        elif not name.endswith((".npy", ".json")):
+        elif not name.endswith((".npy", ".json", SUFFIX)):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(entry.path)

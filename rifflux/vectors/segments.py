@@ -3,12 +3,16 @@
 Layout of ``<db file>.vectors/`` (next to the index database)::
 
     current.json                 the manifest, replaced atomically with os.replace
-    <sid>.vec.npy                float32 [rows, dim], every row L2-normalised
-    <sid>.meta.npy               int64 [rows, 4]: chunk rowid, identity, path ordinal,
-                                 chunk_index; rows sorted by (path, chunk_index)
+    <sid>.vec.npy                int8 [rows, dim], each row quantized to ±127
+                                 (:mod:`rifflux.vectors.quantize`)
+    <sid>.meta.npy               int64 [rows, 5]: chunk rowid, identity, path ordinal,
+                                 chunk_index, the int8 row's exact squared norm; rows
+                                 sorted by (path, chunk_index)
     <sid>.paths.json             the segment's distinct paths, sorted (path ordinal → path)
     <sid>.dead-<token>.npy       int64 sorted row positions of the segment that are
                                  tombstoned (their chunk was deleted or rewritten)
+    <sid>.hnsw-<token>.usearch   optional HNSW graph of the segment's rows
+                                 (:mod:`rifflux.vectors.hnsw`)
     publish.lock                 flock held by whoever publishes
 
 A segment id ``<sid>`` is the generation it was written at plus a random token, and a
@@ -16,27 +20,28 @@ file is never written twice under one name: every file a manifest names is immut
 
 The manifest (``current.json``)::
 
-    {"format": 2, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
+    {"format": 3, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
      "source": "finalize", "published_at": 1700000000.0, "rows": 1234,
      "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
-                   "sha256": {"<file>": "<hex digest>", ...}}]}
+                   "hnsw": "<file>" | null, "sha256": {"<file>": "<hex digest>", ...}}]}
 
 ``generation`` is the index generation whose rows the manifest holds exactly;
 ``index_uid`` ties it to one database (a rebuilt database starts over at generation 0).
 
-Integrity (format 2): every file a segment names has its sha256 in the manifest,
+Integrity (formats 2 and 3): every file a segment names has its sha256 in the manifest,
 computed while the file is written (no second read). A reader verifies each file against
 it before mapping it, and checks the row count against the ``.npy`` shapes; a mismatch
 raises :class:`CacheCorrupt`, never a silently wrong search. Verifying hashes every byte
-(sha256 runs at ~1.8 GB/s with SHA-NI here: ~20 ms for 24k x 384 float32 rows, ~0.9 s for
+(sha256 runs at ~1.8 GB/s with SHA-NI here: ~5 ms for 24k x 384 int8 rows, ~0.25 s for
 1M), so a process verifies one file once per (path, device, inode, size, mtime): files
 are immutable by contract, and any write to one or any replacement changes that key.
 Readers re-stat the mapped files on every search (see ``Segment.stamps``), so damage done
 after a file was verified is noticed by the next search of a long-running server.
 
 Format versions are decided here and only here (:func:`format_is_current`,
-:data:`READABLE_FORMATS`): format 1 (no checksums) is still read, reported stale, and
-republished in full by the next writer.
+:data:`READABLE_FORMATS`): format 1 (no checksums) and format 2 (float32 rows, 4 meta
+columns) are still read (their rows quantized in memory at load, so they score exactly
+as format 3 does), reported stale, and republished in full by the next writer.
 
 A row's *identity* is a 64-bit hash of (chunk rowid, path, chunk_index, embed_sha256):
 SQLite may hand a deleted chunk's rowid to a new chunk, so a rowid alone cannot tell
@@ -58,25 +63,43 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rifflux.vectors.cosine import cosine_scores
+from rifflux.vectors.hnsw import (
+    Graph,
+    build_graph,
+    graph_name,
+    open_graph,
+)
+from rifflux.vectors.quantize import (
+    exact_cosines,
+    integer_dots,
+    inverse_norms,
+    quantize_query,
+    quantize_rows,
+    squared_norms,
+)
 
 MANIFEST_NAME = "current.json"
 LOCK_NAME = "publish.lock"
 TMP_PREFIX = ".tmp-"
-# The format writers produce. 2: per-file sha256 in the manifest.
-FORMAT_VERSION = 2
-# Formats a reader maps. 1 (no checksums) is served as stale until a writer republishes.
-READABLE_FORMATS = (1, 2)
+# The format writers produce. 2: per-file sha256 in the manifest. 3: int8 rows and their
+# squared norms (deterministic scores).
+FORMAT_VERSION = 3
+# Formats a reader maps. 1 (no checksums) and 2 (float32 rows) are served as stale until
+# a writer republishes.
+READABLE_FORMATS = (1, 2, 3)
+# The first format whose rows are int8 with a squared-norm meta column.
+INT8_FORMAT = 3
 # Files verified by this process, keyed by (path, device, inode, size, mtime_ns, digest).
 VERIFIED_MAX = 4096
 
-# Columns of ``<sid>.meta.npy``.
-META_ROWID, META_IDENT, META_PATH, META_INDEX = range(4)
-META_COLUMNS = 4
+# Columns of ``<sid>.meta.npy`` (META_SQNORM from format 3 on).
+META_ROWID, META_IDENT, META_PATH, META_INDEX, META_SQNORM = range(5)
+META_COLUMNS = 5
+OLD_META_COLUMNS = 4
 
-# Candidates within this much of a segment's k-th float32 score are rescored exactly.
-# A float32 dot product of two unit vectors of dimension d is off by at most ~d * 2**-24
-# (2.3e-5 at d = 384), so no row that belongs in the top k is ever left out.
+# Candidates within this much of a segment's k-th selection score are rescored exactly.
+# A selection score (``rifflux.vectors.quantize``) is the exact cosine up to two float32
+# roundings (~1.2e-7), so no row that belongs in the top k is ever left out.
 SCORE_MARGIN = 1e-4
 
 
@@ -94,6 +117,11 @@ def format_is_current(fmt: int) -> bool:
     return fmt == FORMAT_VERSION
 
 
+def outdated_because(fmt: int) -> str:
+    """What an outdated format lacks, for a status reason."""
+    return "has no checksums" if fmt < 2 else "has float32 rows, not int8"
+
+
 def vectors_dir(db_path: Path | str) -> Path:
     db = Path(db_path)
     return db.with_name(db.name + ".vectors")
@@ -105,25 +133,21 @@ def row_ident(rowid: int, path: str, chunk_index: int, embed_sha256: str) -> int
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little", signed=True)
 
 
-# Rows normalised per float64 pass: the float64 temporaries of a whole 9,101-row matrix
-# made a worker's vector-cache publish peak at 88 MB (BENCHMARKS.md, Small ONNX workers).
-NORMALIZE_BLOCK_ROWS = 1024
-
-
-def normalize_rows(matrix: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero), as float32.
-
-    The norm is taken in float64: products of float32 values are exact there, so equal
-    rows get bit-identical normalised rows wherever they sit in a matrix. Each row is
-    computed on its own, so working in blocks of rows changes no result.
-    """
-    out = np.empty(matrix.shape, dtype=np.float32)
-    for start in range(0, matrix.shape[0], NORMALIZE_BLOCK_ROWS):
-        wide = np.asarray(matrix[start : start + NORMALIZE_BLOCK_ROWS], dtype=np.float64)
-        norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))[:, None]
-        block = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
-        out[start : start + NORMALIZE_BLOCK_ROWS] = block
-    return out
+def segment_meta(
+    rowids: np.ndarray,
+    idents: np.ndarray,
+    ordinals: np.ndarray,
+    chunk_indexes: np.ndarray,
+    vectors: np.ndarray,
+) -> np.ndarray:
+    """The int64 [rows, META_COLUMNS] meta array of int8 ``vectors``."""
+    meta = np.empty((len(rowids), META_COLUMNS), dtype=np.int64)
+    meta[:, META_ROWID] = rowids
+    meta[:, META_IDENT] = idents
+    meta[:, META_PATH] = ordinals
+    meta[:, META_INDEX] = chunk_indexes
+    meta[:, META_SQNORM] = squared_norms(vectors)
+    return meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +158,25 @@ class SegmentRef:
     dead_rows: int = 0
     # (file name, sha256 hex) of every file the segment names; () in format 1.
     sha256: tuple[tuple[str, str], ...] = ()
+    # The segment's HNSW graph file, if it has one (format 3).
+    hnsw: str | None = None
 
     def files(self) -> tuple[str, ...]:
-        return segment_files(self.id) + ((self.dead,) if self.dead else ())
+        return (
+            segment_files(self.id)
+            + ((self.dead,) if self.dead else ())
+            + ((self.hnsw,) if self.hnsw else ())
+        )
 
     def with_dead(self, name: str, digest: str, rows: int) -> SegmentRef:
         kept = tuple((f, d) for f, d in self.sha256 if f != self.dead)
-        return SegmentRef(self.id, self.rows, name, rows, (*kept, (name, digest)))
+        return SegmentRef(self.id, self.rows, name, rows, (*kept, (name, digest)), self.hnsw)
+
+    def with_hnsw(self, name: str, digest: str) -> SegmentRef:
+        kept = tuple((f, d) for f, d in self.sha256 if f != self.hnsw)
+        return SegmentRef(
+            self.id, self.rows, self.dead, self.dead_rows, (*kept, (name, digest)), name
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +220,7 @@ class Manifest:
                     "rows": s.rows,
                     "dead": s.dead,
                     "dead_rows": s.dead_rows,
+                    "hnsw": s.hnsw,
                     "sha256": dict(s.sha256),
                 }
                 for s in self.segments
@@ -212,6 +249,7 @@ class Manifest:
                         tuple(sorted((str(k), str(v)) for k, v in s["sha256"].items()))
                         if fmt >= 2
                         else (),
+                        s.get("hnsw"),
                     )
                     for s in data["segments"]
                 ),
@@ -231,7 +269,10 @@ def new_segment_id(generation: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One immutable block of rows: memory-mapped from disk, or plain arrays in memory."""
+    """One immutable block of rows: memory-mapped from disk, or plain arrays in memory.
+
+    ``vectors`` are int8 rows, ``meta`` has META_COLUMNS columns (:func:`segment_meta`).
+    """
 
     vectors: np.ndarray
     meta: np.ndarray
@@ -240,6 +281,13 @@ class Segment:
     # (path, stat key) of the verified files this segment was loaded from: a search
     # re-stats them to notice a file written to after it was verified.
     stamps: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    # The segment's memory-mapped HNSW graph (a usearch view), None to scan exactly.
+    graph: Graph | None = None
+    # float32 1/|v| per row, derived from META_SQNORM (4 bytes a row in memory).
+    inv_norms: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inv_norms", inverse_norms(self.meta[:, META_SQNORM]))
 
     @property
     def size(self) -> int:
@@ -285,6 +333,26 @@ class _HashingWriter:
         return self._fh.write(data)
 
 
+def attach_hnsw(directory: Path, ref: SegmentRef, vectors: np.ndarray) -> SegmentRef:
+    """Build and write the HNSW graph of a segment's int8 rows; the ref that names it.
+
+    Written like every cache file: a temporary file, fsync, os.replace, sha256 in the
+    manifest (hashed by a second read: usearch writes the file itself).
+    """
+    name = graph_name(ref.id)
+    tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(6)}-{name}"
+    try:
+        build_graph(vectors, tmp)
+        with tmp.open("rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+            os.fsync(fh.fileno())
+        os.replace(tmp, directory / name)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return ref.with_hnsw(name, digest)
+
+
 def _write_atomically(directory: Path, name: str, write: Any) -> str:
     """Write ``name`` through a temporary file: fsync, then os.replace. Returns its sha256."""
     tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(6)}-{name}"
@@ -319,17 +387,15 @@ def write_segment(
     paths: Sequence[str],
     chunk_indexes: np.ndarray,
 ) -> SegmentRef:
-    """Write rows (already sorted by (path, chunk_index), vectors already normalised)."""
+    """Write rows (already sorted by (path, chunk_index), vectors already int8)."""
+    if vectors.dtype != np.int8:
+        raise TypeError(f"segment rows must be int8, got {vectors.dtype}")
     distinct, ordinals = np.unique(np.asarray(paths, dtype=object), return_inverse=True)
-    meta = np.empty((len(rowids), META_COLUMNS), dtype=np.int64)
-    meta[:, META_ROWID] = rowids
-    meta[:, META_IDENT] = idents
-    meta[:, META_PATH] = ordinals
-    meta[:, META_INDEX] = chunk_indexes
+    meta = segment_meta(rowids, idents, ordinals, chunk_indexes, vectors)
     segment_id = new_segment_id(generation)
     vec_name, meta_name, paths_name = segment_files(segment_id)
     digests = (
-        (vec_name, _save_npy(directory, vec_name, np.ascontiguousarray(vectors, np.float32))),
+        (vec_name, _save_npy(directory, vec_name, np.ascontiguousarray(vectors))),
         (meta_name, _save_npy(directory, meta_name, meta)),
         (paths_name, _save_json(directory, paths_name, [str(p) for p in distinct])),
     )
@@ -430,8 +496,20 @@ def _load_npy(path: Path, dtype: str, shape: tuple[int, ...], mmap: bool) -> np.
     return array
 
 
-def load_segment(directory: Path, ref: SegmentRef, dim: int) -> Segment:
-    """Verify, then memory-map one segment.
+def load_segment(
+    directory: Path,
+    ref: SegmentRef,
+    dim: int,
+    fmt: int = FORMAT_VERSION,
+    ef: int | None = None,
+) -> Segment:
+    """Verify, then memory-map one segment of a manifest of format ``fmt``.
+
+    ``ef``: also verify and map the segment's HNSW graph, if it has one, searching it
+    with that breadth; None ignores the graph (exact scans; what publishers use).
+
+    Rows of a format before INT8_FORMAT (float32, no squared norms) are quantized into
+    memory, so an outdated cache scores exactly as its republished successor will.
 
     Raises FileNotFoundError if a file was garbage-collected (the caller re-reads the
     manifest), CacheCorrupt if a file does not match its checksum or row count.
@@ -439,12 +517,20 @@ def load_segment(directory: Path, ref: SegmentRef, dim: int) -> Segment:
     digests = dict(ref.sha256)
     stamps: list[tuple[str, tuple[int, int, int]]] = []
     for name in ref.files() if digests else ():
+        if name == ref.hnsw and ef is None:
+            continue
         if name not in digests:
             raise CacheCorrupt(f"the manifest has no checksum for {name}")
         stamps.append((str(directory / name), verify_file(directory / name, digests[name])))
     vec_name, meta_name, paths_name = segment_files(ref.id)
-    vectors = _load_npy(directory / vec_name, "float32", (ref.rows, dim), mmap=True)
-    meta = _load_npy(directory / meta_name, "int64", (ref.rows, META_COLUMNS), mmap=True)
+    if fmt >= INT8_FORMAT:
+        vectors = _load_npy(directory / vec_name, "int8", (ref.rows, dim), mmap=True)
+        meta = _load_npy(directory / meta_name, "int64", (ref.rows, META_COLUMNS), mmap=True)
+    else:
+        floats = _load_npy(directory / vec_name, "float32", (ref.rows, dim), mmap=True)
+        old = _load_npy(directory / meta_name, "int64", (ref.rows, OLD_META_COLUMNS), mmap=True)
+        vectors = quantize_rows(floats)
+        meta = np.concatenate([old, squared_norms(vectors)[:, None]], axis=1)
     try:
         paths = tuple(json.loads((directory / paths_name).read_bytes()))
     except ValueError as exc:
@@ -457,7 +543,13 @@ def load_segment(directory: Path, ref: SegmentRef, dim: int) -> Segment:
         dead = _load_npy(directory / ref.dead, "int64", (ref.dead_rows,), mmap=False)
         if dead.shape[0] and (dead.min() < 0 or dead.max() >= ref.rows):
             raise CacheCorrupt(f"{ref.dead} names rows outside the segment")
-    return Segment(vectors, meta, paths, dead, tuple(stamps))
+    graph = None
+    if ref.hnsw and ef is not None:
+        try:
+            graph = open_graph(directory / ref.hnsw, ref.rows, ef)
+        except (ValueError, RuntimeError) as exc:
+            raise CacheCorrupt(f"{ref.hnsw} is unreadable: {exc}") from None
+    return Segment(vectors, meta, paths, dead, tuple(stamps), graph)
 
 
 def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:
@@ -469,15 +561,40 @@ def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:
 # -- searching -----------------------------------------------------------------------
 
 
-def _segment_candidates(segment: Segment, q32: np.ndarray, limit: int) -> np.ndarray:
+def _admitted_candidates(
+    segment: Segment, q8: np.ndarray, inv_q: np.float32, limit: int, admitted: np.ndarray
+) -> np.ndarray:
+    """Positions that may hold one of the ``limit`` best live rows whose rowid is in
+    ``admitted`` (sorted): only those rows are scored, with the same selection scores
+    as :func:`_segment_candidates`."""
+    mask = np.isin(np.asarray(segment.meta[:, META_ROWID]), admitted)
+    if segment.dead.shape[0]:
+        mask[segment.dead] = False
+    positions = np.flatnonzero(mask)
+    if positions.shape[0] <= limit:
+        return positions
+    scores = integer_dots(segment.vectors[positions], q8)
+    scores *= segment.inv_norms[positions]
+    scores *= inv_q
+    kth = np.partition(scores, positions.shape[0] - limit)[positions.shape[0] - limit]
+    return positions[scores >= kth - SCORE_MARGIN]
+
+
+def _segment_candidates(
+    segment: Segment, q8: np.ndarray, inv_q: np.float32, limit: int
+) -> np.ndarray:
     """Positions that may hold one of the segment's ``limit`` best live rows."""
     n = segment.size
     k = min(limit, segment.live)
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    # einsum runs on the calling thread; BLAS's own threads (``@``) cost milliseconds of
-    # wake-up on a busy 2-core machine, more than the whole product at 20k rows.
-    scores = np.einsum("ij,j->i", segment.vectors, q32)
+    # Exact integer dots, then two correctly rounded float32 products: the selection
+    # scores are the same bits on every machine (rifflux.vectors.quantize). The dots run
+    # on the calling thread: waking other threads costs milliseconds on a busy 2-core
+    # machine, more than the whole scan at 20k rows.
+    scores = integer_dots(segment.vectors, q8)
+    scores *= segment.inv_norms
+    scores *= inv_q
     if segment.dead.shape[0]:
         scores[segment.dead] = -np.inf
     if k < n:
@@ -486,35 +603,74 @@ def _segment_candidates(segment: Segment, q32: np.ndarray, limit: int) -> np.nda
     return np.flatnonzero(scores > -np.inf)
 
 
-def search_segments(segments: Sequence[Segment], query: np.ndarray, limit: int) -> list[Candidate]:
+def search_segments(
+    segments: Sequence[Segment],
+    query: np.ndarray,
+    limit: int,
+    admitted: np.ndarray | None = None,
+) -> list[Candidate]:
     """The ``limit`` live rows most similar to ``query``, over every segment.
 
     Best first; equal scores by (path, chunk_index) ascending. Each segment contributes
     its own candidates (one matrix-vector product, tombstones masked, argpartition-style
-    selection); candidates are rescored exactly and merged. [] for a zero-norm query.
+    selection); candidates are rescored exactly (int8 cosine, :mod:`rifflux.vectors.
+    quantize`) and merged, so scores and order are the same bits on every machine and
+    however the rows are split into segments. [] for a zero-norm query.
+    ``admitted`` (sorted rowids, a search filter's): only those rows are scored, exactly
+    (a filtered search never goes through a graph).
     """
     if limit <= 0:
         return []
-    q = np.asarray(query, dtype=np.float32)
-    norm = float(np.linalg.norm(q))
-    if norm == 0.0:
+    q8 = quantize_query(np.asarray(query, dtype=np.float64))
+    qq = int(np.dot(q8.astype(np.int64), q8.astype(np.int64)))
+    if qq == 0:
         return []
-    q32 = q / norm
+    inv_q = np.float32(1.0 / np.sqrt(float(qq)))
     merged: list[Candidate] = []
     for segment in segments:
-        positions = _segment_candidates(segment, q32, limit)
-        if positions.shape[0] == 0:
-            continue
-        scores = cosine_scores(segment.vectors[positions], q)
-        meta = segment.meta[positions]
-        merged.extend(
-            Candidate(
-                int(row[META_ROWID]),
-                int(row[META_IDENT]),
-                (segment.paths[int(row[META_PATH])], int(row[META_INDEX])),
-                float(score),
-            )
-            for row, score in zip(meta, scores, strict=True)
-        )
+        if admitted is not None:
+            positions = _admitted_candidates(segment, q8, inv_q, limit, admitted)
+            merged.extend(rescore(segment, positions, q8))
+        elif segment.graph is not None and limit < segment.live:
+            merged.extend(_graph_candidates(segment, q8, inv_q, limit))
+        else:
+            positions = _segment_candidates(segment, q8, inv_q, limit)
+            merged.extend(rescore(segment, positions, q8))
     merged.sort(key=lambda c: (-c.cosine, c.key))
     return merged[:limit]
+
+
+def _graph_candidates(
+    segment: Segment, q8: np.ndarray, inv_q: np.float32, limit: int
+) -> list[Candidate]:
+    """The segment's ``limit`` best live rows among its graph's candidates, rescored
+    exactly; wider searches while tombstones leave too few, then an exact scan."""
+    assert segment.graph is not None
+    count = max(limit, segment.graph.ef)
+    while count < segment.size:
+        positions = segment.graph.positions(q8, count)
+        if segment.dead.shape[0]:
+            positions = positions[np.isin(positions, segment.dead, invert=True)]
+        if positions.shape[0] >= limit:
+            found = rescore(segment, positions, q8)
+            found.sort(key=lambda c: (-c.cosine, c.key))
+            return found[:limit]
+        count *= 4
+    return rescore(segment, _segment_candidates(segment, q8, inv_q, limit), q8)
+
+
+def rescore(segment: Segment, positions: np.ndarray, q8: np.ndarray) -> list[Candidate]:
+    """Candidates of a segment's rows at ``positions``, with their exact cosines."""
+    if positions.shape[0] == 0:
+        return []
+    meta = np.asarray(segment.meta[positions])
+    scores = exact_cosines(segment.vectors[positions], meta[:, META_SQNORM], q8)
+    return list(
+        Candidate(
+            int(row[META_ROWID]),
+            int(row[META_IDENT]),
+            (segment.paths[int(row[META_PATH])], int(row[META_INDEX])),
+            float(score),
+        )
+        for row, score in zip(meta, scores, strict=True)
+    )

@@ -17,6 +17,7 @@ from rifflux_testing import REPO_ROOT, make_settings, wait_until
 from rifflux.index.indexer import Indexer
 from rifflux.search.service import SearchService
 from rifflux.vectors.publish import publish
+from rifflux.vectors.segments import read_manifest, vectors_dir
 
 LOOP = Path(__file__).with_name("vector_search_loop.py")
 WORDS = [
@@ -45,20 +46,26 @@ def newest_file(db_path: Path, root: Path) -> Path:
     return root / Path(path).name
 
 
+@pytest.mark.parametrize("vector_index", ["auto", "hnsw"])
 def test_searches_in_another_process_only_return_resolvable_chunks_while_indexing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vector_index: str
 ) -> None:
+    """``hnsw``: every segment has an HNSW graph, so searches go through the graphs while
+    publishes replace them (one generation per search, exact cosines, no deleted chunk)."""
     rng = random.Random(7)
     root = tmp_path / "docs"
     root.mkdir()
     for i in range(START_FILES):
         (root / f"n{i:03d}.md").write_text(random_doc(rng))
     # Small batches: every run writes several transactions before it publishes.
-    cfg = make_settings(tmp_path, min_chunk_chars=0, batch_target_bytes=600)
+    cfg = make_settings(
+        tmp_path, min_chunk_chars=0, batch_target_bytes=600, vector_index=vector_index
+    )
     Indexer(cfg).run([root])
     ready, stop = tmp_path / "ready", tmp_path / "stop"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
     env["PYTHONPATH"] = str(REPO_ROOT)
+    env["RIFFLUX_VECTOR_INDEX"] = vector_index
     searcher = subprocess.Popen(
         [sys.executable, str(LOOP), str(cfg.db_path), str(tmp_path), str(ready), str(stop)],
         env=env,
@@ -87,7 +94,7 @@ def test_searches_in_another_process_only_return_resolvable_chunks_while_indexin
             Indexer(cfg).run([root])
             time.sleep(0.1)
             monkeypatch.undo()
-            publish(cfg.db_path, source="finalize")
+            publish(cfg.db_path, source="finalize", vector_index=vector_index)
             runs += 1
         stop.touch()
         out, _ = searcher.communicate(timeout=60)
@@ -102,6 +109,8 @@ def test_searches_in_another_process_only_return_resolvable_chunks_while_indexin
     assert runs >= 5
     assert report["searches"] >= 50 and report["strict"] >= 25 and report["results"] > 0
     assert report["states"].get("stale", 0) > 0, "the lagging-cache path was never exercised"
+    manifest = read_manifest(vectors_dir(cfg.db_path))[0]  # type: ignore[index]
+    assert all(bool(s.hnsw) == (vector_index == "hnsw") for s in manifest.segments)
     # The job has completed: a new chunk is the top semantic hit of the next search.
     (root / "unique.md").write_text("# Unique\n\nxylophonic quixotry zeugmatic\n")
     Indexer(cfg).run([root])

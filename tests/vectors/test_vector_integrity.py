@@ -3,6 +3,7 @@ repaired by the next publish; checked against a fresh index of the same files.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from rifflux.index.indexer import Indexer
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index
+from rifflux.store.reader import get_metadata
 from rifflux.vectors.publish import publish
 from rifflux.vectors.segments import (
     MANIFEST_NAME,
@@ -25,6 +27,7 @@ from rifflux.vectors.segments import (
     forget_verified,
     load_segment,
     read_manifest,
+    segment_files,
     vectors_dir,
 )
 
@@ -228,34 +231,63 @@ def test_verification_is_cached_per_file_identity_and_redone_when_the_file_chang
         load_segment(directory, manifest.segments[0], manifest.dim)
 
 
-def downgrade_to_format_1(db_path: Path) -> None:
-    """Rewrite the manifest as today's (format 1, no checksums) publishers wrote it."""
-    path = vectors_dir(db_path) / MANIFEST_NAME
+def downgrade(db_path: Path, fmt: int) -> None:
+    """Rewrite the cache as publishers of format ``fmt`` (1 or 2) wrote it: float32 rows,
+    each the database's vector L2-normalised, 4 meta columns; checksums from format 2."""
+    directory = vectors_dir(db_path)
+    path = directory / MANIFEST_NAME
     data = json.loads(path.read_bytes())
-    data["format"] = 1
+    data["format"] = fmt
+    conn = open_index(db_path)
+    model = get_metadata(conn, "embedding_model")
     for segment in data["segments"]:
-        del segment["sha256"]
+        vec_name, meta_name, _ = segment_files(segment["id"])
+        meta = np.load(directory / meta_name)
+        blobs = dict(
+            conn.execute(
+                "SELECT c.id, e.vec FROM chunks c JOIN embeddings e ON e.chunk_id = c.chunk_id "
+                "WHERE e.model = ?",
+                (model,),
+            )
+        )
+        floats = np.stack([np.frombuffer(blobs[int(r)], dtype="<f4") for r in meta[:, 0]])
+        np.save(directory / vec_name, floats / np.linalg.norm(floats, axis=1, keepdims=True))
+        np.save(directory / meta_name, np.ascontiguousarray(meta[:, :4]))
+        if fmt == 1:
+            del segment["sha256"]
+        else:
+            for name in (vec_name, meta_name):
+                segment["sha256"][name] = hashlib.sha256(
+                    (directory / name).read_bytes()
+                ).hexdigest()
+    conn.close()
     path.write_text(json.dumps(data))
 
 
-def test_a_format_1_cache_is_republished_in_full_by_the_next_writer(cfg: Settings) -> None:
-    downgrade_to_format_1(cfg.db_path)
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_an_outdated_cache_is_republished_in_full_by_the_next_writer(
+    cfg: Settings, fmt: int
+) -> None:
+    downgrade(cfg.db_path, fmt)
     service = SearchService(cfg)
     status = service.counts()["vector_cache"]
-    assert status["state"] == "stale" and "format 1" in status["reason"]
+    assert status["state"] == "stale" and f"format {fmt}" in status["reason"]
 
     result = publish(cfg.db_path, source="finalize")
 
-    assert result is not None and result.action == "full" and "format 1" in str(result.discarded)
-    assert result.manifest.format == 2
+    assert (
+        result is not None and result.action == "full" and f"format {fmt}" in str(result.discarded)
+    )
+    assert result.manifest.format == 3
     assert service.counts()["vector_cache"]["state"] == "fresh"
     service.close()
 
 
-def test_a_format_1_cache_is_served_without_warning_and_left_to_the_next_writer(
-    cfg: Settings, reference: SearchService
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_an_outdated_cache_is_served_identically_and_left_to_the_next_writer(
+    cfg: Settings, reference: SearchService, fmt: int
 ) -> None:
-    downgrade_to_format_1(cfg.db_path)
+    downgrade(cfg.db_path, fmt)
     service = SearchService(cfg)
 
     response = service.search_response(SearchRequest(QUERY, mode="semantic"))
@@ -263,7 +295,7 @@ def test_a_format_1_cache_is_served_without_warning_and_left_to_the_next_writer(
     assert "warning" not in response
     assert keyed(response["results"]) == keyed(reference.search(QUERY, mode="semantic"))
     found = read_manifest(vectors_dir(cfg.db_path))
-    assert found is not None and found[0].format == 1, "a search republished the cache"
+    assert found is not None and found[0].format == fmt, "a search republished the cache"
     assert service.counts()["vector_cache"]["state"] == "stale"
     service.close()
 

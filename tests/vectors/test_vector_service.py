@@ -14,11 +14,12 @@ from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
 from rifflux.index.indexer import Indexer
-from rifflux.index.messages import EmbedRequest, finalize_request, plan_request
+from rifflux.index.messages import ChunkRequest, finalize_request, plan_request
 from rifflux.search.service import SearchService
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 from rifflux.vectors.publish import publish
+from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
 from rifflux.vectors.segments import read_manifest, vectors_dir
 
 DOCS = {
@@ -59,10 +60,10 @@ def naive_semantic(db_path: Path, query: str, top_k: int) -> list[tuple[str, int
             "JOIN embeddings e ON e.chunk_id = c.chunk_id"
         ).fetchall()
     scored = []
+    q8 = quantize_query(q).tolist()
     for path, index, blob in rows:
-        v = np.frombuffer(blob, dtype="<f4").astype(np.float64)
-        cos = float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q)))
-        scored.append((path, int(index), cos))
+        v = quantize_rows(np.frombuffer(blob, dtype="<f4").reshape(1, -1))[0]
+        scored.append((path, int(index), scalar_cosine(v.tolist(), q8)))
     scored.sort(key=lambda r: (-r[2], r[0], r[1]))
     return scored[:top_k]
 
@@ -92,7 +93,8 @@ def semantic(service: SearchService, query: str, top_k: int = 5) -> list[tuple[s
 
 def assert_matches_naive(got: list[tuple[str, int, float]], expected: list[Any]) -> None:
     assert [(p, i) for p, i, _ in got] == [(p, i) for p, i, _ in expected]
-    assert np.allclose([c for *_, c in got], [c for *_, c in expected], atol=1e-6)
+    # int8 scores are exact: the same bits as the scalar reference.
+    assert [c for *_, c in got] == [c for *_, c in expected]
 
 
 def test_semantic_search_matches_the_naive_scan_with_the_contract_tie_break(
@@ -217,10 +219,12 @@ def test_a_job_finalize_publishes_before_the_job_reads_completed(cfg: Settings, 
     conn = open_index(cfg.db_path)
     job_id = jobs.create_job(conn, [str(root)], options)
     conn.close()
-    sent: list[EmbedRequest] = []
-    pipeline.plan(cfg, plan_request(db, job_id), sent.append)
+    sent: list[ChunkRequest] = []
+    pipeline.plan(cfg, plan_request(db, job_id), sent.append, lambda _embed: None)
     for request in sent:
-        pipeline.write(pipeline.embed(request, HashEmbedder()))
+        embed = pipeline.chunk(request).embed
+        if embed is not None:
+            pipeline.write_vectors(pipeline.embed(embed, HashEmbedder()))
 
     record = pipeline.finalize(finalize_request(db, job_id))
 

@@ -1,4 +1,5 @@
-"""Segment search with tombstones equals the naive cosine over live rows."""
+"""Segment search with tombstones equals the naive scan over live rows: the same rows, in
+the same order, with the same int8 cosine bits as the scalar reference."""
 
 from __future__ import annotations
 
@@ -6,26 +7,27 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rifflux.vectors.cosine import cosine_scores
-from rifflux.vectors.segments import Segment, normalize_rows, search_segments
-
-# Ties closer than this are not ordered by the naive float32 cosine with any certainty.
-TOLERANCE = 1e-6
+from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
+from rifflux.vectors.segments import Segment, search_segments, segment_meta
 
 
 def make_segment(
     rows: np.ndarray, keys: list[tuple[str, int]], rowids: list[int], dead: list[int]
 ) -> Segment:
-    """A segment as the publisher writes it: rows sorted by key, normalised."""
+    """A segment as the publisher writes it: rows sorted by key, quantized to int8."""
     order = sorted(range(len(keys)), key=lambda i: keys[i])
     paths = sorted({keys[i][0] for i in order})
-    meta = np.array(
-        [[rowids[i], rowids[i], paths.index(keys[i][0]), keys[i][1]] for i in order],
-        dtype=np.int64,
-    ).reshape(-1, 4)
+    vectors = quantize_rows(rows[order])
+    meta = segment_meta(
+        np.array([rowids[i] for i in order], dtype=np.int64),
+        np.array([rowids[i] for i in order], dtype=np.int64),
+        np.array([paths.index(keys[i][0]) for i in order], dtype=np.int64),
+        np.array([keys[i][1] for i in order], dtype=np.int64),
+        vectors,
+    )
     position = {i: p for p, i in enumerate(order)}
     return Segment(
-        normalize_rows(rows[order].astype(np.float32)),
+        vectors,
         meta,
         tuple(paths),
         np.array(sorted(position[i] for i in dead), dtype=np.int64),
@@ -72,25 +74,12 @@ def test_segment_search_equals_naive_cosine_over_live_rows(
     if not np.any(query) or not live:
         assert hits == []
         return
-    naive = cosine_scores(rows[live], query)
-    naive_by_row = {i: float(s) for i, s in zip(live, naive, strict=True)}
-    assert len(hits) == min(limit, len(live))
-    returned = [h.row_id for h in hits]
-    assert len(set(returned)) == len(returned)
-    assert set(returned) <= set(live), "a tombstoned row was returned"
-    for hit in hits:
-        assert hit.key == keys[hit.row_id]
-        assert abs(hit.cosine - naive_by_row[hit.row_id]) <= TOLERANCE
-    # Best first, equal scores by (path, chunk_index).
-    assert [(-h.cosine, h.key) for h in hits] == sorted((-h.cosine, h.key) for h in hits)
-    # Nothing left out scores better than the last row returned.
-    worst = min(naive_by_row[r] for r in returned)
-    assert all(naive_by_row[i] <= worst + TOLERANCE for i in live if i not in set(returned))
-    # Equal vectors tie exactly, wherever they are stored.
-    for a in returned:
-        for b in live:
-            if np.array_equal(rows[a], rows[b]) and b in returned:
-                assert hits[returned.index(a)].cosine == hits[returned.index(b)].cosine
+    q8 = quantize_query(query).tolist()
+    naive = {i: scalar_cosine(quantize_rows(rows[i : i + 1])[0].tolist(), q8) for i in live}
+    expected = sorted(live, key=lambda i: (-naive[i], keys[i]))[:limit]
+    assert [h.row_id for h in hits] == expected, "rows or order differ from the naive scan"
+    assert [h.cosine for h in hits] == [naive[i] for i in expected]
+    assert all(hit.key == keys[hit.row_id] for hit in hits)
 
 
 def test_equal_vectors_in_different_segments_order_by_path_then_chunk_index() -> None:

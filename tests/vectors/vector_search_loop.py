@@ -30,6 +30,7 @@ from rifflux.config import Settings
 from rifflux.errors import NotFoundError
 from rifflux.search.service import SearchService
 from rifflux.store.reader import current_generation
+from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
 
 WORDS = [
     "amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo",
@@ -41,20 +42,22 @@ MAX_SECONDS = 60.0
 def scored_by_own_vector(
     conn: sqlite3.Connection, service: SearchService, query: str, result: dict[str, Any]
 ) -> bool:
-    """Is the result's cosine the one of the vector stored for that chunk now?"""
+    """Is the result's cosine the (int8, exact) one of the vector stored for that chunk now?"""
     row = conn.execute(
         "SELECT vec FROM embeddings WHERE chunk_id = ?", (result["chunk_id"],)
     ).fetchone()
     q = service.embed_query(query)
     if row is None or q is None:
         return False
-    vec = np.frombuffer(row[0], dtype="<f4").astype(np.float64)
-    cosine = float(vec @ q / (np.linalg.norm(vec) * np.linalg.norm(q)))
-    return abs(cosine - result["score_breakdown"]["cosine"]) <= 1e-6
+    vec = quantize_rows(np.frombuffer(row[0], dtype="<f4").reshape(1, -1))[0]
+    cosine = scalar_cosine(vec.tolist(), quantize_query(q).tolist())
+    return cosine == result["score_breakdown"]["cosine"]
 
 
 def main(db_path: str, base_dir: str, ready_file: str, stop_file: str) -> dict[str, object]:
-    settings = Settings(db_path=Path(db_path), base_dir=Path(base_dir), embedding_backend="hash")
+    settings = Settings.from_env().with_overrides(
+        db_path=Path(db_path), base_dir=Path(base_dir), embedding_backend="hash"
+    )
     service = SearchService(settings)
     conn = service.connection()
     rng = random.Random(1)

@@ -1,0 +1,182 @@
+"""HNSW graphs beside the segments: recall against the exact scan, exact rescored
+cosines, deleted chunks never returned, graphs built by the publisher only and checked
+like every cache file."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rifflux_testing import copy_corpus, make_settings
+
+from rifflux.config import Settings
+from rifflux.errors import ConfigError
+from rifflux.index.indexer import Indexer
+from rifflux.search.service import SearchService
+from rifflux.vectors.cache import open_view
+from rifflux.vectors.publish import publish
+from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
+from rifflux.vectors.segments import (
+    attach_hnsw,
+    load_segment,
+    read_manifest,
+    search_segments,
+    vectors_dir,
+    write_segment,
+)
+
+DIM = 384
+ROWS = 4000
+QUERIES = 40
+QUERY = "code review checklist for pull requests"
+
+
+def clustered(seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """int8 rows around 40 centroids (cosine ~0.7 to their centroid), and float queries."""
+    rng = np.random.default_rng(seed)
+    centroids = rng.standard_normal((40, DIM))
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    noise = 1.0 / np.sqrt(DIM)
+    rows = centroids[rng.integers(0, 40, ROWS)] + noise * rng.standard_normal((ROWS, DIM))
+    queries = centroids[rng.integers(0, 40, QUERIES)] + noise * rng.standard_normal((QUERIES, DIM))
+    return quantize_rows(rows), queries
+
+
+def test_graph_candidates_rescored_exactly_recall_the_exact_top_10(tmp_path: Path) -> None:
+    vectors, queries = clustered()
+    ids = np.arange(ROWS, dtype=np.int64)
+    paths = [f"d{i // 4:05d}.md" for i in range(ROWS)]
+    ref = write_segment(tmp_path, 1, vectors, ids, ids, paths, ids % 4)
+    ref = attach_hnsw(tmp_path, ref, vectors)
+    exact = load_segment(tmp_path, ref, DIM)  # no ef: the graph is ignored
+    graph = load_segment(tmp_path, ref, DIM, ef=50)
+    assert exact.graph is None and graph.graph is not None
+
+    recalls = []
+    for query in queries:
+        truth = search_segments([exact], query, 10)
+        found = search_segments([graph], query, 10)
+        recalls.append(len({h.row_id for h in truth} & {h.row_id for h in found}) / 10)
+        q8 = quantize_query(query).tolist()
+        # Every candidate carries its exact int8 cosine, in the contract order.
+        assert [h.cosine for h in found] == [
+            scalar_cosine(vectors[h.row_id].tolist(), q8) for h in found
+        ]
+        assert [(-h.cosine, h.key) for h in found] == sorted((-h.cosine, h.key) for h in found)
+    assert np.mean(recalls) >= 0.98
+
+
+def test_threads_searching_one_graph_get_the_serial_results(tmp_path: Path) -> None:
+    vectors, queries = clustered()
+    ids = np.arange(ROWS, dtype=np.int64)
+    ref = write_segment(tmp_path, 1, vectors, ids, ids, [f"d{i:05d}.md" for i in ids], ids)
+    segment = load_segment(tmp_path, attach_hnsw(tmp_path, ref, vectors), DIM, ef=50)
+    serial = [search_segments([segment], q, 10) for q in queries]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in range(3):
+            parallel = list(pool.map(lambda q: search_segments([segment], q, 10), queries))
+            assert parallel == serial
+
+
+@pytest.fixture
+def hnsw_cfg(tmp_path: Path) -> Settings:
+    copy_corpus(tmp_path / "docs", limit=40)
+    # ef well below the row count, so the graph (not a scan of the segment) answers.
+    cfg = make_settings(tmp_path, vector_index="hnsw", hnsw_ef=50)
+    Indexer(cfg).run([tmp_path / "docs"])
+    return cfg
+
+
+def semantic(cfg: Settings, query: str, top_k: int = 10) -> list[tuple[str, int, float]]:
+    service = SearchService(cfg)
+    try:
+        results = service.search(query, top_k=top_k, mode="semantic")
+    finally:
+        service.close()
+    return [(r["path"], r["chunk_index"], r["score_breakdown"]["cosine"]) for r in results]
+
+
+def assert_exactly_scored(cfg: Settings, query: str, hits: list[tuple[str, int, float]]) -> None:
+    """Each hit's cosine is the exact scan's for that chunk; the order is the contract's."""
+    every = {
+        (p, i): c for p, i, c in semantic(cfg.with_overrides(vector_index="exact"), query, 10**6)
+    }
+    assert [c for p, i, c in hits] == [every[(p, i)] for p, i, _ in hits]
+    assert [(-c, p, i) for p, i, c in hits] == sorted((-c, p, i) for p, i, c in hits)
+
+
+def test_graph_hits_are_exactly_scored_and_a_deleted_chunk_never_returns(
+    tmp_path: Path, hnsw_cfg: Settings
+) -> None:
+    manifest = read_manifest(vectors_dir(hnsw_cfg.db_path))[0]  # type: ignore[index]
+    assert manifest.segments[0].hnsw, "hnsw mode gives the base segment a graph"
+    view = open_view(vectors_dir(hnsw_cfg.db_path), ef=hnsw_cfg.hnsw_ef)
+    assert view is not None and view.segments[0].graph is not None
+    assert view.live_rows > 4 * hnsw_cfg.hnsw_ef, "the graph, not a scan, answers"
+    before = semantic(hnsw_cfg, QUERY)
+    assert_exactly_scored(hnsw_cfg, QUERY, before)
+    victim = tmp_path / before[0][0]
+    # The victim's own text: its chunks are the graph's nearest rows.
+    content = victim.read_text()[:600]
+    assert semantic(hnsw_cfg, content)[0][0] == before[0][0]
+
+    victim.unlink()
+    Indexer(hnsw_cfg).run([tmp_path / "docs"])
+
+    manifest = read_manifest(vectors_dir(hnsw_cfg.db_path))[0]  # type: ignore[index]
+    assert manifest.segments[0].dead_rows > 0, "the base segment (and its graph) was kept"
+    assert manifest.segments[0].hnsw
+    for query in (QUERY, content):
+        after = semantic(hnsw_cfg, query)
+        assert len(after) == 10 and before[0][0] not in {path for path, _, _ in after}
+        assert_exactly_scored(hnsw_cfg, query, after)
+
+
+def test_publisher_builds_graphs_by_mode_and_exact_readers_ignore_them(tmp_path: Path) -> None:
+    copy_corpus(tmp_path / "docs", limit=20)
+    cfg = make_settings(tmp_path)  # auto: a small index gets no graph
+    Indexer(cfg).run([tmp_path / "docs"])
+    directory = vectors_dir(cfg.db_path)
+    assert read_manifest(directory)[0].segments[0].hnsw is None  # type: ignore[index]
+
+    # Switching to hnsw: the next publish gives the kept segment its graph.
+    result = publish(cfg.db_path, source="finalize", vector_index="hnsw")
+    assert result is not None and result.manifest.segments[0].hnsw
+    assert (directory / result.manifest.segments[0].hnsw).exists()
+    again = publish(cfg.db_path, source="finalize", vector_index="hnsw")
+    assert again is not None and again.action == "unchanged"
+
+    exact_view = open_view(directory)
+    assert exact_view is not None and exact_view.segments[0].graph is None
+
+
+def test_a_damaged_graph_is_corrupt_and_the_next_publish_rebuilds_it(hnsw_cfg: Settings) -> None:
+    directory = vectors_dir(hnsw_cfg.db_path)
+    name = read_manifest(directory)[0].segments[0].hnsw  # type: ignore[index]
+    assert name
+    with (directory / name).open("r+b") as fh:
+        fh.seek(-64, 2)
+        fh.write(b"\xff" * 64)
+    service = SearchService(hnsw_cfg)
+    status = service.counts()["vector_cache"]
+    assert status["state"] == "corrupt" and name in status["reason"]
+    service.close()
+
+    result = publish(hnsw_cfg.db_path, source="finalize", vector_index="hnsw")
+
+    assert result is not None and result.action == "full" and result.discarded
+    new_name = result.manifest.segments[0].hnsw
+    assert new_name and new_name != name and not (directory / name).exists()
+    assert SearchService(hnsw_cfg).counts()["vector_cache"]["state"] == "fresh"
+
+
+def test_vector_index_settings_are_checked_with_one_line_errors() -> None:
+    assert Settings.from_env({"RIFFLUX_VECTOR_INDEX": " HNSW "}).vector_index == "hnsw"
+    assert Settings.from_env({"RIFFLUX_HNSW_EF": "80"}).hnsw_ef == 80
+    with pytest.raises(ConfigError, match=r"RIFFLUX_VECTOR_INDEX='fast' .*auto, exact, hnsw"):
+        Settings.from_env({"RIFFLUX_VECTOR_INDEX": "fast"})
+    with pytest.raises(ConfigError, match=r"RIFFLUX_HNSW_EF='0'"):
+        Settings.from_env({"RIFFLUX_HNSW_EF": "0"})
