@@ -21,7 +21,7 @@ import numpy as np
 
 from rifflux.embed.base import Embedder, l2_normalise
 from rifflux.eval.runner import ChunkSearch, EvalIndex
-from rifflux.search.fusion import rrf_fuse
+from rifflux.search.fusion import min_max_normalised, rrf_fuse
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_search
 from rifflux.search.service import SearchService
 from rifflux.store.reader import IndexReader
@@ -63,14 +63,8 @@ class MemoEmbedder:
                 self._memo[text] = saved
 
 
-def minmax(scores: Sequence[float]) -> list[float]:
-    """Scores rescaled to [0, 1] over the list (all 1.0 when they are equal)."""
-    if not scores:
-        return []
-    low, high = min(scores), max(scores)
-    if high == low:
-        return [1.0] * len(scores)
-    return [(s - low) / (high - low) for s in scores]
+minmax = min_max_normalised
+"""Scores rescaled to [0, 1] over the list (all 1.0 when they are equal): the core's."""
 
 
 def zscore(scores: Sequence[float]) -> list[float]:

@@ -12,7 +12,11 @@ from rifflux.config import Settings
 from rifflux.errors import InvalidQueryError
 from rifflux.eval import beir
 from rifflux.eval.runner import CUTOFF, EvalReport, run_eval
-from rifflux.search.request import MODES, check_mode
+from rifflux.search.request import MODES, SearchRequest, add_request_arguments, check_mode
+
+# Eval's own --modes and --top-k take the place of these request fields; a token
+# budget trims contents, which eval never reads.
+NOT_OPTIONS = ("query", "top_k", "mode", "max_tokens")
 
 DEFAULT_TOP_K = 100
 
@@ -30,7 +34,7 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``eval`` command to ``rifflux``'s subparsers; its handler is :func:`cmd_eval`."""
     parser = subparsers.add_parser(
         "eval",
-        help="nDCG@10, Recall@k and MRR@10 of each mode on a BEIR dataset",
+        help="nDCG@10, Recall@k, MRR@10 and P@10 of each mode on a BEIR dataset",
         description=(
             "Index a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/*.tsv) through the "
             "real pipeline, cached by the dataset's hash, and score every query of the qrels."
@@ -57,6 +61,7 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         f"(default: ${beir.CACHE_ENV} or {beir.DEFAULT_CACHE_ROOT})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_request_arguments(parser.add_argument_group("search options"), skip=NOT_OPTIONS)
     parser.set_defaults(handler=cmd_eval)
     return parser
 
@@ -70,14 +75,24 @@ def format_report(report: EvalReport) -> str:
         f"index {report.index.cache_dir}: {index.files_indexed} indexed, "
         f"{index.files_unchanged} unchanged, {index.vectors_new} embedded "
         f"in {index.duration_s:.1f}s",
-        f"{'mode':<10}{f'nDCG@{CUTOFF}':>10}{f'R@{top_k}':>10}{f'MRR@{CUTOFF}':>10}{'p50 ms':>10}",
+        f"{'mode':<10}{f'nDCG@{CUTOFF}':>10}{f'R@{top_k}':>10}{f'MRR@{CUTOFF}':>10}"
+        f"{f'P@{CUTOFF}':>10}{'p50 ms':>10}",
     ]
+    if report.options:
+        shown = ", ".join(f"{k}={v}" for k, v in report.options.items())
+        lines.insert(2, f"options: {shown}")
     for mode, result in report.modes.items():
         lines.append(
             f"{mode:<10}{result.ndcg:>10.4f}{result.recall:>10.4f}"
-            f"{result.mrr:>10.4f}{result.p50_ms:>10.1f}"
+            f"{result.mrr:>10.4f}{result.precision:>10.4f}{result.p50_ms:>10.1f}"
         )
     return "\n".join(lines)
+
+
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The search options given on the command line, checked as a SearchRequest would."""
+    given = {k: v for k, v in vars(args).items() if k not in NOT_OPTIONS}
+    return SearchRequest.from_arguments({**given, "query": ""}).option_arguments()
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -92,6 +107,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         cache_root=args.cache_dir,
         progress_stream=sys.stderr,
+        options=search_options(args),
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -9,6 +9,8 @@ when its grade is above 0.
   positive grades.
 - Recall@k: relevant documents in the first k / all relevant documents.
 - MRR@k: 1 / rank of the first relevant document within the first k, else 0.
+- Precision@k: relevant documents in the first k / k (CFS-012's list; trec_eval's
+  ``P_k``: a ranking shorter than k counts its missing places as not relevant).
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ def recall_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 100) -
     if total == 0:
         return 0.0
     return sum(1 for doc in ranked[:k] if qrels.get(doc, 0) > 0) / total
+
+
+def precision_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> float:
+    """Share of the first ``k`` places holding a relevant document."""
+    if k <= 0:
+        return 0.0
+    return sum(1 for doc in ranked[:k] if qrels.get(doc, 0) > 0) / k
 
 
 def mrr_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> float:

@@ -18,10 +18,10 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import make_embedder
 from rifflux.eval import beir
-from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
+from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k
 from rifflux.index.indexer import Indexer, IndexReport
 from rifflux.progress import ProgressLine
-from rifflux.search.request import check_mode, check_top_k
+from rifflux.search.request import SearchRequest, check_mode, check_top_k
 from rifflux.search.service import SearchService
 
 # nDCG and MRR are cut at 10 (BEIR's headline numbers); recall at the run's top_k.
@@ -52,6 +52,7 @@ class ModeResult:
     recall: float
     mrr: float
     p50_ms: float
+    precision: float = 0.0
     runs: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def to_dict(self, top_k: int) -> dict[str, float]:
@@ -59,6 +60,7 @@ class ModeResult:
             f"ndcg@{CUTOFF}": round(self.ndcg, 4),
             f"recall@{top_k}": round(self.recall, 4),
             f"mrr@{CUTOFF}": round(self.mrr, 4),
+            f"precision@{CUTOFF}": round(self.precision, 4),
             "p50_ms": round(self.p50_ms, 2),
         }
 
@@ -71,6 +73,7 @@ class EvalReport:
     top_k: int
     index: EvalIndex
     modes: dict[str, ModeResult]
+    options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         report = self.index.report
@@ -79,6 +82,7 @@ class EvalReport:
             "qrels": self.qrels,
             "queries": self.queries,
             "top_k": self.top_k,
+            "options": self.options,
             "embedding_model": report.embedding_model,
             "cache_dir": str(self.index.cache_dir),
             "index": {
@@ -173,7 +177,7 @@ def evaluate_search(
     top_k: int,
     progress: Callable[[int, int], None] | None = None,
 ) -> ModeResult:
-    """Mean nDCG@10, Recall@top_k and MRR@10 of ``search`` over ``queries``."""
+    """Mean nDCG@10, Recall@top_k, MRR@10 and Precision@10 of ``search`` over ``queries``."""
     runs: dict[str, list[str]] = {}
     timings: list[float] = []
     for done, (qid, text) in enumerate(queries.items(), start=1):
@@ -186,14 +190,20 @@ def evaluate_search(
         ndcg=mean([ndcg_at_k(runs[q], qrels[q], CUTOFF) for q in runs]),
         recall=mean([recall_at_k(runs[q], qrels[q], top_k) for q in runs]),
         mrr=mean([mrr_at_k(runs[q], qrels[q], CUTOFF) for q in runs]),
+        precision=mean([precision_at_k(runs[q], qrels[q], CUTOFF) for q in runs]),
         p50_ms=statistics.median(timings) if timings else 0.0,
         runs=runs,
     )
 
 
-def service_search(service: SearchService, mode: str) -> ChunkSearch:
+def service_search(
+    service: SearchService, mode: str, options: Mapping[str, Any] | None = None
+) -> ChunkSearch:
+    """``service.search`` in ``mode`` with the optional SearchRequest fields ``options``."""
+    extra = dict(options or {})
+
     def search(query: str, n: int) -> list[str]:
-        return [hit["path"] for hit in service.search(query, top_k=n, mode=mode)]
+        return [hit["path"] for hit in service.search(query, top_k=n, mode=mode, **extra)]
 
     return search
 
@@ -207,10 +217,16 @@ def run_eval(
     top_k: int = 100,
     cache_root: Path | None = None,
     progress_stream: TextIO | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> EvalReport:
-    """Index ``dataset_dir`` (or reuse its cached index) and score every mode."""
+    """Index ``dataset_dir`` (or reuse its cached index) and score every mode.
+
+    ``options``: optional SearchRequest fields every search gets (``fusion``, ``alpha``,
+    ``group_by``...), checked before anything is indexed."""
     modes = [check_mode(mode) for mode in modes]
     top_k = check_top_k(top_k, maximum=None)
+    options = dict(options or {})
+    SearchRequest.from_arguments({**options, "query": ""})
     qrels = beir.load_qrels(qrels_path)
     queries = judged_queries(beir.load_queries(dataset_dir), qrels)
     index = prepare_index(
@@ -223,7 +239,7 @@ def run_eval(
             bar = ProgressLine(progress_stream or sys.stderr, f"{mode:>8}", "queries")
             try:
                 results[mode] = evaluate_search(
-                    service_search(service, mode),
+                    service_search(service, mode, options),
                     queries,
                     qrels,
                     index.doc_of_path,
@@ -241,4 +257,5 @@ def run_eval(
         top_k=top_k,
         index=index,
         modes=results,
+        options=SearchRequest.from_arguments({**options, "query": ""}).option_arguments(),
     )

@@ -3,10 +3,20 @@
 Reciprocal Rank Fusion (the default): a chunk's fused score is the sum over modalities of
 ``weight / (k + rank)`` with ranks from 1; raw scores are never mixed.
 
+Min-max score fusion (``fusion="minmax"``), the Context Harness hybrid scoring spec:
+keyword scores are ``−bm25`` (higher is better), each side is min-max normalised per query
+(every score 1.0 when a side's max equals its min), a side that did not return a chunk
+contributes 0.0, and a chunk scores ``(1 − α) · keyword + α · vector`` with α clamped to
+[0, 1]. Every fused score lies in [0, 1]. Measured on SciFact train in BENCHMARKS.md.
+
 Max-scaled score fusion (``RIFFLUX_FUSION=maxnorm``): each modality's scores are divided
 by that query's best score, so BM25 and cosine both end at 1.0 for their best chunk, and a
-chunk scores ``alpha · lexical + (1 − alpha) · semantic``. Unlike ranks, scaled scores keep
-how far ahead a modality's best chunks are.
+chunk scores ``(1 − α) · lexical + α · semantic``. Unlike ranks, scaled scores keep how far
+ahead a modality's best chunks are.
+
+α is the **semantic** share in both score fusions (the spec's meaning). Ties order by the
+key itself (Rifflux's ``(path, chunk_index)``), so equal inputs give equal orders in
+every run.
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ K = TypeVar("K", bound=Hashable)
 
 DEFAULT_RRF_K = 60
 DEFAULT_MAXNORM_ALPHA = 0.5
+"""maxnorm's semantic share (an even mix: the best measured, BENCHMARKS.md)."""
+DEFAULT_MINMAX_ALPHA = 0.6
+"""minmax's semantic share: the spec's ``hybrid_alpha``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +99,9 @@ def maxnorm_fuse(
 ) -> list[ScoreFusedHit[K]]:
     """Fuse two best-first ``(key, score)`` lists whose higher scores are better.
 
-    A chunk scores ``alpha · lexical/best lexical + (1 − alpha) · semantic/best semantic``;
-    a chunk missing from one list takes that list's lowest scaled score. Ties order by key.
+    A chunk scores ``(1 − alpha) · lexical/best lexical + alpha · semantic/best semantic``
+    (``alpha`` is the semantic share); a chunk missing from one list takes that list's
+    lowest scaled score. Ties order by key.
     """
     sides = []
     for hits in (lexical, semantic):
@@ -100,7 +114,61 @@ def maxnorm_fuse(
     for key in lex.keys() | sem.keys():
         lex_rank, lex_score = lex.get(key, (None, lex_floor))
         sem_rank, sem_score = sem.get(key, (None, sem_floor))
-        score = alpha * lex_score + (1.0 - alpha) * sem_score
+        score = (1.0 - alpha) * lex_score + alpha * sem_score
         fused.append(ScoreFusedHit(key, score, lex_rank, sem_rank))
+    fused.sort(key=lambda hit: (-hit.score, hit.key))
+    return fused
+
+
+@dataclass(frozen=True, slots=True)
+class MinMaxHit(Generic[K]):
+    key: K
+    score: float
+    lexical_norm: float
+    semantic_norm: float
+    lexical_rank: int | None
+    semantic_rank: int | None
+
+
+def min_max_normalised(scores: Sequence[float]) -> list[float]:
+    """``(s − min) / (max − min)`` of each score; every score 1.0 when max equals min."""
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high == low:
+        return [1.0] * len(scores)
+    span = high - low
+    return [(score - low) / span for score in scores]
+
+
+def clamp_unit(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def minmax_fuse(
+    lexical: Sequence[tuple[K, float]],
+    semantic: Sequence[tuple[K, float]],
+    *,
+    alpha: float = DEFAULT_MINMAX_ALPHA,
+) -> list[MinMaxHit[K]]:
+    """Fuse two best-first ``(key, score)`` lists (higher is better) by the spec.
+
+    ``(1 − alpha) · lexical_norm + alpha · semantic_norm``; a chunk one side did not return
+    has 0.0 from it and no rank there; ``alpha`` is clamped to [0, 1]. Best first, ties by
+    key. The score is clamped to [0, 1] against rounding of the weighted sum.
+    """
+    alpha = clamp_unit(alpha)
+    sides: list[dict[K, tuple[int, float]]] = []
+    for hits in (lexical, semantic):
+        normed = min_max_normalised([score for _, score in hits])
+        pairs = zip((key for key, _ in hits), normed, strict=True)
+        sides.append({key: (rank, n) for rank, (key, n) in enumerate(pairs, start=1)})
+    lex, sem = sides
+    fused = []
+    for key in lex.keys() | sem.keys():
+        lex_rank, lex_norm = lex.get(key, (None, 0.0))
+        sem_rank, sem_norm = sem.get(key, (None, 0.0))
+        score = clamp_unit((1.0 - alpha) * lex_norm + alpha * sem_norm)
+        fused.append(MinMaxHit(key, score, lex_norm, sem_norm, lex_rank, sem_rank))
     fused.sort(key=lambda hit: (-hit.score, hit.key))
     return fused

@@ -14,6 +14,11 @@ Invariants:
 * The JSON schema keeps the constraints visible to MCP clients (``integer``, ``minimum``
   and ``maximum`` for ``top_k``, an ``enum`` for ``mode``); the values are still checked
   by this module, so a client that ignores the schema gets the same messages as the CLI.
+* Every field after ``mode`` is optional and ``None`` (or ``group_by`` ``"chunk"``)
+  means "not given": a request that gives none of them searches exactly as before
+  (tests/search/test_search_golden.py pins it byte for byte). ``__post_init__`` stores
+  each field's normalised value (a glob string becomes a one-item tuple, a date becomes
+  Unix seconds), so equal searches are equal, hashable requests: the query cache's key.
 * ``MAX_TOP_K`` bounds what a request may ask for. In-process rankings that need to go
   deeper (the evaluation's recall@100 over chunks) call
   :meth:`~rifflux.search.service.SearchService.search`, which checks the same way with
@@ -22,8 +27,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import argparse
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
+from datetime import UTC, date, datetime
 from typing import Any, Literal, cast
 
 from rifflux.errors import InvalidQueryError
@@ -32,6 +41,19 @@ MODES: tuple[str, ...] = ("lexical", "semantic", "hybrid")
 Mode = Literal["lexical", "semantic", "hybrid"]
 MAX_TOP_K = 100
 """The largest ``top_k`` a request may ask for (the MCP input schema's maximum)."""
+FUSIONS: tuple[str, ...] = ("rrf", "minmax")
+Fusion = Literal["rrf", "minmax"]
+GROUPS: tuple[str, ...] = ("chunk", "file")
+GroupBy = Literal["chunk", "file"]
+MAX_CANDIDATE_K = 1000
+"""The most candidates a request may take per side."""
+MAX_LIST_ITEMS = 100
+"""The most entries a ``path_glob`` or ``file_types`` list may have."""
+MAX_PATTERN_CHARS = 500
+"""The longest glob, file type or ``content_contains`` text."""
+MIN_MAX_TOKENS = 50
+MAX_MAX_TOKENS = 100_000
+"""The range ``max_tokens`` accepts (``search_rifflux``, ``get_file``, ``--max-tokens``)."""
 MAX_VALUE_REPR = 80
 """How much of a rejected value a message quotes."""
 
@@ -70,6 +92,196 @@ def check_mode(value: object) -> Mode:
     return cast(Mode, value)
 
 
+def check_max_tokens(value: object) -> int | None:
+    """``None`` (no budget) or an int (not a bool) from 50 to 100,000."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not MIN_MAX_TOKENS <= value <= MAX_MAX_TOKENS
+    ):
+        raise InvalidQueryError(
+            f"max_tokens must be an integer between {MIN_MAX_TOKENS} and {MAX_MAX_TOKENS} "
+            f"(got {_shown(value)})"
+        )
+    return value
+
+
+MAX_NEIGHBORS = 5
+"""The most chunks ``get_chunk`` returns on each side of the one asked for."""
+
+
+def check_neighbors(value: object) -> int:
+    """``get_chunk``'s ``neighbors``: an int (not a bool) from 0 to 5."""
+    value = as_integer(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_NEIGHBORS:
+        raise InvalidQueryError(
+            f"neighbors must be an integer between 0 and {MAX_NEIGHBORS} (got {_shown(value)})"
+        )
+    return value
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_fusion(value: object) -> Fusion | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in FUSIONS:
+        raise InvalidQueryError(f"fusion must be one of {', '.join(FUSIONS)} (got {_shown(value)})")
+    return cast(Fusion, value)
+
+
+def check_group_by(value: object) -> GroupBy:
+    if not isinstance(value, str) or value not in GROUPS:
+        raise InvalidQueryError(
+            f"group_by must be one of {', '.join(GROUPS)} (got {_shown(value)})"
+        )
+    return cast(GroupBy, value)
+
+
+def _check_float(
+    name: str, low: float, high: float | None, what: str
+) -> Callable[[object], float | None]:
+    def check(value: object) -> float | None:
+        if value is None:
+            return None
+        ok = _is_number(value) and math.isfinite(float(cast(float, value)))
+        number = float(cast(float, value)) if ok else math.nan
+        if not ok or number < low or (high is not None and number > high):
+            raise InvalidQueryError(f"{name} must be {what} (got {_shown(value)})")
+        return number
+
+    return check
+
+
+check_alpha = _check_float("alpha", 0.0, 1.0, "a number from 0 to 1 (the semantic share)")
+check_min_cosine = _check_float("min_cosine", -1.0, 1.0, "a number from -1 to 1")
+check_lexical_weight = _check_float("lexical_weight", 0.0, None, "a number >= 0")
+check_semantic_weight = _check_float("semantic_weight", 0.0, None, "a number >= 0")
+
+
+def check_candidate_k(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CANDIDATE_K:
+        raise InvalidQueryError(
+            f"candidate_k must be an integer between 1 and {MAX_CANDIDATE_K} (got {_shown(value)})"
+        )
+    return value
+
+
+def _string_list(
+    name: str, what: str, item: Callable[[str], str | None]
+) -> Callable[[object], tuple[str, ...] | None]:
+    """A check for a string or a list of strings, each normalised by ``item`` (None: bad)."""
+
+    def check(value: object) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        accepts = (
+            f"{name} must be {what}, or a list of 1 to {MAX_LIST_ITEMS} of them "
+            f"of at most {MAX_PATTERN_CHARS} characters"
+        )
+        if not isinstance(items, list | tuple) or not 1 <= len(items) <= MAX_LIST_ITEMS:
+            raise InvalidQueryError(f"{accepts} (got {_shown(value)})")
+        out: list[str] = []
+        for raw in items:
+            normal = item(raw) if isinstance(raw, str) and len(raw) <= MAX_PATTERN_CHARS else None
+            if normal is None:
+                raise InvalidQueryError(f"{accepts} (got {_shown(raw)})")
+            out.append(normal)
+        return tuple(dict.fromkeys(out))
+
+    return check
+
+
+def _glob(raw: str) -> str | None:
+    return raw if raw.strip() else None
+
+
+_EXTENSION = re.compile(r"[\w.+-]+")
+
+
+def _extension(raw: str) -> str | None:
+    ext = raw.strip().lower().lstrip(".")
+    return ext if ext and _EXTENSION.fullmatch(ext) else None
+
+
+check_path_glob = _string_list("path_glob", "a POSIX glob such as docs/**/*.md", _glob)
+check_file_types = _string_list("file_types", "an extension such as md", _extension)
+
+
+def check_content_contains(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_PATTERN_CHARS:
+        raise InvalidQueryError(
+            f"content_contains must be a non-empty string of at most {MAX_PATTERN_CHARS} "
+            f"characters (got {_shown(value)})"
+        )
+    return value
+
+
+def unix_seconds(value: object) -> float | None:
+    """An ISO 8601 date or datetime (UTC unless it says otherwise), or Unix seconds (a
+    number or its text), as Unix seconds; None when ``value`` is neither."""
+    if _is_number(value):
+        number = float(cast(float, value))
+        return number if math.isfinite(number) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        number = float(text)
+    except ValueError:
+        pass
+    else:
+        return number if math.isfinite(number) else None
+    try:
+        if len(text) == 10:
+            day = date.fromisoformat(text)
+            return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _check_time(name: str) -> Callable[[object], float | None]:
+    def check(value: object) -> float | None:
+        if value is None:
+            return None
+        seconds = unix_seconds(value)
+        if seconds is None:
+            raise InvalidQueryError(
+                f"{name} must be an ISO 8601 date or datetime (2024-05-01, "
+                f"2024-05-01T12:00:00+02:00) or Unix seconds (got {_shown(value)})"
+            )
+        return seconds
+
+    return check
+
+
+check_modified_after = _check_time("modified_after")
+check_modified_before = _check_time("modified_before")
+
+
+def as_number(value: object) -> object:
+    """Number text (``"0.6"``) as a float; anything else unchanged, for the check."""
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return value
+    return value
+
+
 def as_integer(value: object) -> object:
     """A value that means an integer, as that int: CLI text (``"10"``), a client that
     quotes numbers or sends ``10.0`` (what JSON schema validation reads as an integer);
@@ -99,6 +311,10 @@ class FieldSpec:
     from_text: Callable[[object], object] = _same
     # Shown in the CLI's help in place of the value (e.g. the choices).
     metavar: str | None = None
+    # The CLI flag may be repeated (a list value).
+    multiple: bool = False
+    # The CLI help's "(default: ...)" text; None: the field's default.
+    default_text: str | None = None
 
 
 def _spec(**kwargs: Any) -> dict[str, FieldSpec]:
@@ -112,8 +328,10 @@ class SearchRequest:
     query: str = field(
         metadata=_spec(
             description="What to look for: words, a phrase or a question. Searched as "
-            "plain text (quotes, *, AND, NEAR( and the like have no special meaning); "
-            "a blank query returns no results.",
+            'plain text, except that a balanced "double-quoted span" is a phrase: '
+            "chunks holding it exactly rank first (lexical and hybrid). An unpaired "
+            "quote, *, AND, NEAR( and the like have no special meaning; a blank query "
+            "returns no results.",
             json_schema={"type": "string"},
             check=check_query,
         )
@@ -139,9 +357,190 @@ class SearchRequest:
         ),
     )
 
+    fusion: Fusion | None = field(
+        default=None,
+        metadata=_spec(
+            description="Hybrid fusion: rrf (reciprocal rank fusion, the default unless "
+            "RIFFLUX_FUSION says otherwise) or minmax ((1 - alpha) * min-max normalised "
+            "-bm25 + alpha * min-max normalised cosine; score_breakdown {minmax, "
+            "lexical_norm, semantic_norm, lexical_rank, semantic_rank}).",
+            json_schema={"type": "string", "enum": list(FUSIONS)},
+            check=check_fusion,
+            metavar="{" + ",".join(FUSIONS) + "}",
+            default_text="rrf, or RIFFLUX_FUSION",
+        ),
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=_spec(
+            description="Semantic share of minmax (and maxnorm) fusion, 0 to 1: 0 ranks "
+            "like lexical, 1 like semantic.",
+            json_schema={"type": "number", "minimum": 0, "maximum": 1},
+            check=check_alpha,
+            from_text=as_number,
+            metavar="A",
+            default_text="0.6 for minmax, or RIFFLUX_FUSION_ALPHA",
+        ),
+    )
+    candidate_k: int | None = field(
+        default=None,
+        metadata=_spec(
+            description="Candidates taken from each side before fusion (never fewer than top_k).",
+            json_schema={"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATE_K},
+            check=check_candidate_k,
+            from_text=as_integer,
+            metavar="N",
+            default_text="80 for minmax, top_k x RIFFLUX_CANDIDATE_MULTIPLIER otherwise",
+        ),
+    )
+    group_by: GroupBy = field(
+        default="chunk",
+        metadata=_spec(
+            description="chunk: the best chunks; file: one result per file, its best "
+            "chunk, files ranked by that chunk's score (ties: newer file first, then "
+            "path, then chunk index).",
+            json_schema={"type": "string", "enum": list(GROUPS)},
+            check=check_group_by,
+            metavar="{" + ",".join(GROUPS) + "}",
+        ),
+    )
+    lexical_weight: float | None = field(
+        default=None,
+        metadata=_spec(
+            description="RRF weight of the lexical side for this call, >= 0 (e.g. 0.4 "
+            "with semantic_weight 0.6, CODITECT's weights).",
+            json_schema={"type": "number", "minimum": 0},
+            check=check_lexical_weight,
+            from_text=as_number,
+            metavar="W",
+            default_text="RIFFLUX_LEXICAL_WEIGHT, 1.0",
+        ),
+    )
+    semantic_weight: float | None = field(
+        default=None,
+        metadata=_spec(
+            description="RRF weight of the semantic side for this call, >= 0 (not both weights 0).",
+            json_schema={"type": "number", "minimum": 0},
+            check=check_semantic_weight,
+            from_text=as_number,
+            metavar="W",
+            default_text="RIFFLUX_SEMANTIC_WEIGHT, 1.0",
+        ),
+    )
+    min_cosine: float | None = field(
+        default=None,
+        metadata=_spec(
+            description="Drop semantic candidates whose cosine is below this (-1 to 1) "
+            "before fusion and truncation.",
+            json_schema={"type": "number", "minimum": -1, "maximum": 1},
+            check=check_min_cosine,
+            from_text=as_number,
+            metavar="C",
+            default_text="no threshold",
+        ),
+    )
+    path_glob: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only files whose path (as results show it) matches this POSIX "
+            "glob, or any of a list of them; ** crosses folders, * and ? do not.",
+            json_schema={
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
+                ]
+            },
+            check=check_path_glob,
+            metavar="GLOB",
+            multiple=True,
+            default_text="every path",
+        ),
+    )
+    modified_after: float | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only files modified at or after this time: an ISO 8601 date or "
+            "datetime (UTC unless it has an offset) or Unix seconds.",
+            json_schema={"type": ["string", "number"]},
+            check=check_modified_after,
+            metavar="TIME",
+            default_text="any time",
+        ),
+    )
+    modified_before: float | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only files modified before this time (same forms as modified_after).",
+            json_schema={"type": ["string", "number"]},
+            check=check_modified_before,
+            metavar="TIME",
+            default_text="any time",
+        ),
+    )
+    file_types: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_spec(
+            description='Only files with one of these extensions, e.g. ["md", "txt"].',
+            json_schema={
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
+                ]
+            },
+            check=check_file_types,
+            metavar="EXT",
+            multiple=True,
+            default_text="every type",
+        ),
+    )
+    content_contains: str | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only chunks whose content contains this text (case-insensitive).",
+            json_schema={"type": "string"},
+            check=check_content_contains,
+            metavar="TEXT",
+            default_text="any content",
+        ),
+    )
+
+    max_tokens: int | None = field(
+        default=None,
+        metadata=_spec(
+            description="Token budget for the results' contents together: results keep "
+            "their order, the best stay whole while they fit, later ones are cut to the "
+            "part that best matches the query, and those that cannot fit are dropped. "
+            "Each result then has tokens and truncated, and the response a budget. "
+            "Omit for whole results.",
+            json_schema={
+                "type": ["integer", "null"],
+                "minimum": MIN_MAX_TOKENS,
+                "maximum": MAX_MAX_TOKENS,
+            },
+            check=check_max_tokens,
+            from_text=as_integer,
+            metavar="N",
+            default_text="no budget",
+        ),
+    )
+
     def __post_init__(self) -> None:
         for name, _default, spec in request_fields():
-            spec.check(getattr(self, name))
+            object.__setattr__(self, name, spec.check(getattr(self, name)))
+        if self.lexical_weight == 0 and self.semantic_weight == 0:
+            raise InvalidQueryError(
+                "lexical_weight and semantic_weight must not both be 0 (got 0 and 0)"
+            )
+
+    def option_arguments(self) -> dict[str, Any]:
+        """The optional fields that differ from their defaults (what a caller gave)."""
+        return {
+            name: getattr(self, name)
+            for name, default, _spec in request_fields()
+            if default is not REQUIRED
+            and name not in ("top_k", "mode")
+            and getattr(self, name) != default
+        }
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> SearchRequest:
@@ -163,3 +562,25 @@ def request_fields() -> Iterator[tuple[str, Any, FieldSpec]]:
     for f in fields(SearchRequest):
         default = REQUIRED if f.default is MISSING else f.default
         yield f.name, default, f.metadata[SPEC_KEY]
+
+
+def add_request_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+    """One argument per SearchRequest field but ``skip``: a required field is positional,
+    the others ``--flags`` (``top_k`` → ``--top-k``); a list field's flag may repeat.
+    Values are checked by SearchRequest, so the CLI's messages are the core's."""
+    for name, default, spec in request_fields():
+        if name in skip:
+            continue
+        if default is REQUIRED:
+            parser.add_argument(name, type=spec.from_text, help=spec.description)
+            continue
+        shown = spec.default_text if spec.default_text is not None else default
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=spec.from_text,
+            default=default,
+            metavar=spec.metavar,
+            action="append" if spec.multiple else "store",
+            help=f"{spec.description} (default: {shown})".replace("%", "%%"),
+        )

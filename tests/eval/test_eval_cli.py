@@ -34,11 +34,30 @@ def test_json_output_has_one_object_with_metrics_per_mode(
     assert out["queries"] == 2
     assert list(out["modes"]) == ["lexical", "semantic", "hybrid"]
     for metrics in out["modes"].values():
-        assert set(metrics) == {"ndcg@10", "recall@100", "mrr@10", "p50_ms"}
+        assert set(metrics) == {"ndcg@10", "recall@100", "mrr@10", "precision@10", "p50_ms"}
         assert all(0.0 <= metrics[key] <= 1.0 for key in ("ndcg@10", "recall@100", "mrr@10"))
     assert out["modes"]["lexical"]["ndcg@10"] == round(LEXICAL_NDCG, 4)
     assert Path(out["cache_dir"]).parent == tmp_path / "eval-cache"
     assert out["index"]["vectors_new"] == 4
+    assert out["options"] == {}
+
+
+def test_search_options_reach_every_search_and_the_report(
+    beir_dataset: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["eval", str(beir_dataset), "--qrels", "test", "--modes", "hybrid", "--json"]
+    assert run_cli([*argv, "--fusion", "minmax", "--alpha", "0.6", "--group-by", "file"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["options"] == {"fusion": "minmax", "alpha": 0.6, "group_by": "file"}
+    assert set(out["modes"]["hybrid"]) >= {"ndcg@10", "precision@10"}
+    # No semantic candidate reaches cosine 1 and alpha 0 ranks like the keyword side:
+    # the lexical mode's hand-computed nDCG.
+    assert run_cli([*argv, "--fusion", "minmax", "--alpha", "0", "--min-cosine", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["modes"]["hybrid"]["ndcg@10"] == round(
+        LEXICAL_NDCG, 4
+    )
+    with pytest.raises(InvalidQueryError, match="alpha must be a number from 0 to 1"):
+        run_cli([*argv, "--alpha", "2"])
 
 
 def test_modes_and_top_k_options_shape_the_report(

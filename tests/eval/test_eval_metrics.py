@@ -3,7 +3,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rifflux.eval.metrics import dcg, mrr_at_k, ndcg_at_k, recall_at_k
+from rifflux.eval.metrics import dcg, mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k
 
 docs = st.lists(st.sampled_from("abcdefghij"), unique=True, max_size=10)
 grades = st.dictionaries(st.sampled_from("abcdefghij"), st.integers(0, 3), min_size=1)
@@ -35,6 +35,14 @@ def test_mrr_is_reciprocal_rank_of_first_relevant_within_k() -> None:
     qrels = {"c": 1, "d": 0}
     assert mrr_at_k(["d", "x", "c"], qrels, 10) == 1 / 3
     assert mrr_at_k(["d", "x", "c"], qrels, 2) == 0.0
+
+
+def test_precision_is_relevant_documents_in_the_first_k_over_k() -> None:
+    qrels = {"a": 1, "c": 2, "z": 1}
+    assert precision_at_k(["a", "b", "c", "d"], qrels, k=4) == 0.5
+    assert precision_at_k(["a", "b", "c", "d"], qrels, k=2) == 0.5
+    assert precision_at_k(["a"], qrels, k=10) == 0.1  # Missing places count as misses.
+    assert precision_at_k(["b"], qrels, k=0) == 0.0
 
 
 def test_queries_without_relevant_documents_score_zero() -> None:
