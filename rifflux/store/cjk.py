@@ -1,0 +1,125 @@
+"""Chinese, Japanese and Korean text in the lexical index: a bigram side table.
+
+FTS5's ``unicode61`` tokenizer splits on spaces and punctuation only, so a run of Han,
+kana or Hangul characters is one token: ``数据库索引`` is found by ``数据库索引`` and never
+by ``数据库``, and a Korean word with a particle attached (``검색을``) never by ``검색``.
+
+Invariants:
+
+* ``chunks_cjk`` (schema.py) is a second FTS5 table of the same family, tokenizer and
+  columns as ``chunks_fts``, with one row per chunk that contains CJK text (its rowid is
+  the chunk's id). Its text is the chunk's text with every CJK run replaced by the run's
+  overlapping character bigrams (``数据库`` → ``数据 据库``; a single character stays
+  itself); Latin words are kept, so a mixed query ranks by both.
+* A chunk with no CJK character has no row there: without CJK text the table is empty
+  and the index costs nothing more (BENCHMARKS.md, "CJK side index").
+* Rows are written by :class:`~rifflux.store.writer.IndexWriter` with the chunk, in the
+  same transaction; the schema's triggers delete them with the chunk (and with a cascade
+  from ``files``), and drop them when a chunk's text is updated in place.
+* A CJK query ranks the chunks with a row here in this table and every other chunk in
+  ``chunks_fts`` (rifflux.search.lexical): :func:`rows_with_cjk` tells them apart.
+* An index created before the table existed gets it, filled from its chunks, the next
+  time a writer opens it (:func:`backfill`); a reader of such an index searches CJK
+  queries in ``chunks_fts`` as before (``has_cjk_table``).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Sequence
+
+# Han (with extension A and compatibility ideographs), hiragana, katakana (with the
+# phonetic extensions and half-width forms), Hangul syllables and jamo.
+CJK_CHARS = (
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
+)
+_RUN = re.compile(f"[{CJK_CHARS}]+")
+CJK_TABLE = "chunks_cjk"
+
+
+def has_cjk(text: str) -> bool:
+    return _RUN.search(text) is not None
+
+
+def run_bigrams(run: str) -> list[str]:
+    """Overlapping bigrams of one CJK run; a one-character run is itself."""
+    if len(run) < 2:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """The bigrams of every CJK run of ``text``, in order (repeats kept)."""
+    return [bigram for run in _RUN.findall(text) for bigram in run_bigrams(run)]
+
+
+def cjk_runs(text: str) -> list[str]:
+    return _RUN.findall(text)
+
+
+def bigram_text(text: str) -> str:
+    """``text`` as ``chunks_cjk`` indexes it: each CJK run replaced by its bigrams."""
+    return _RUN.sub(lambda m: " " + " ".join(run_bigrams(m.group())) + " ", text)
+
+
+def insert_sql() -> str:
+    return f"INSERT INTO {CJK_TABLE}(rowid, heading_path, content) VALUES (?, ?, ?)"
+
+
+def chunk_has_cjk(heading_path: str, content: str) -> bool:
+    return has_cjk(content) or has_cjk(heading_path)
+
+
+def side_row(row_id: int, heading_path: str, content: str) -> tuple[int, str, str] | None:
+    """The ``chunks_cjk`` row of a chunk, or ``None`` when it has no CJK text."""
+    if not chunk_has_cjk(heading_path, content):
+        return None
+    return row_id, bigram_text(heading_path), bigram_text(content)
+
+
+def has_cjk_table(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (CJK_TABLE,)
+    ).fetchone()
+    return row is not None
+
+
+# Rowids per ``IN (...)``: below any SQLite build's variable limit.
+IN_CHUNK = 500
+
+
+def rows_with_cjk(conn: sqlite3.Connection, rowids: Sequence[int]) -> set[int]:
+    """Those of the chunk ``rowids`` that have a ``chunks_cjk`` row."""
+    found: set[int] = set()
+    for start in range(0, len(rowids), IN_CHUNK):
+        part = list(rowids[start : start + IN_CHUNK])
+        marks = ",".join("?" * len(part))
+        rows = conn.execute(f"SELECT rowid FROM {CJK_TABLE} WHERE rowid IN ({marks})", part)
+        found.update(int(row[0]) for row in rows)
+    return found
+
+
+def write_side_rows(conn: sqlite3.Connection, file_id: int | None = None) -> int:
+    """Write the side rows of the stored chunks with CJK text: one file's (whose chunks
+    were just written, so have none yet), or every chunk's. The caller holds a write
+    transaction; the number of rows written."""
+    sql = "SELECT id, heading_path, content FROM chunks"
+    params: tuple[int, ...] = ()
+    if file_id is not None:
+        sql += " WHERE file_id = ?"
+        params = (file_id,)
+    rows = []
+    for row_id, heading_path, content in conn.execute(sql, params):
+        side = side_row(int(row_id), str(heading_path), str(content))
+        if side is not None:
+            rows.append(side)
+    conn.executemany(insert_sql(), rows)
+    return len(rows)
+
+
+def backfill(conn: sqlite3.Connection) -> int:
+    """Write the side rows of every stored chunk with CJK text, into an index whose
+    ``chunks_cjk`` was just created (so is empty)."""
+    return write_side_rows(conn)
