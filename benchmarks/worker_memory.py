@@ -238,30 +238,37 @@ def embed_in_process(corpus: Path, threads: int) -> dict[str, Any]:
     from rifflux.index.changes import batch_by_bytes
     from rifflux.index.messages import EmbedRequest
     from rifflux.index.pipeline import batch_bytes_for, embed, read_works
+    from rifflux.index.prepare import chunk_file, embedding_input
 
     settings = replace(Settings.from_env(), embedding_backend="onnx", onnx_threads=threads)
     paths = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.md"))
     works, _ = read_works(corpus, paths, settings.max_file_bytes, [corpus.resolve()])
     target = batch_bytes_for(sum(w.size_bytes for w in works), settings.batch_target_bytes)
-    payloads = [
-        EmbedRequest(
-            db_path="",
-            job_id="benchmark",
-            batch_no=n,
-            files=tuple(batch),
-            known=(),
-            model="onnx:all-MiniLM-L6-v2-int8",
-            max_chunk_chars=settings.max_chunk_chars,
-            min_chunk_chars=settings.min_chunk_chars,
+    payloads = []
+    for n, batch in enumerate(batch_by_bytes(works, target)):
+        texts: dict[str, str] = {}
+        for work in batch:
+            prepared = chunk_file(
+                work, max_chars=settings.max_chunk_chars, min_chars=settings.min_chunk_chars
+            )
+            for c in prepared.chunks:
+                texts.setdefault(c.embed_sha256, embedding_input(c.heading_path, c.content))
+        payloads.append(
+            EmbedRequest(
+                db_path="",
+                job_id="benchmark",
+                batch_no=n,
+                model="onnx:all-MiniLM-L6-v2-int8",
+                paths=tuple(w.rel_path for w in batch),
+                texts=tuple(texts.items()),
+            )
         )
-        for n, batch in enumerate(batch_by_bytes(works, target))
-    ]
     embedder = make_embedder(settings)
     embedder.embed_batch(["warm-up"])
     rss_after_load = status_kib(os.getpid()).get("VmHWM", 0)
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    chunks = sum(len(embed(payload, embedder).batch.vectors) for payload in payloads)
+    chunks = sum(len(embed(payload, embedder).vectors) for payload in payloads)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

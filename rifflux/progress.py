@@ -1,9 +1,24 @@
-"""A one-line ``done/total`` progress display on a terminal; silent when not a terminal."""
+"""Progress displays: a one-line ``done/total`` (``ProgressLine``, silent when not a
+terminal) and one bar per phase of a reindex job (``PhaseProgress``, one line per phase
+change when not a terminal)."""
 
 from __future__ import annotations
 
 import time
 from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 
 class ProgressLine:
@@ -39,3 +54,76 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self.drawn = False
+
+
+# A job's phases as ``rifflux index`` shows them, in order, with their labels (one line
+# per phase change) and the shorter bar labels that leave room for the counts.
+PHASE_LABELS = {
+    "scanning": "scanning",
+    "lexical": "chunking and writing (keyword-searchable)",
+    "embedding": "embedding",
+}
+BAR_LABELS = {"scanning": "scanning", "lexical": "chunk+write", "embedding": "embedding"}
+
+
+class _Rate(ProgressColumn):
+    """Items per second, from rich's own speed estimate over recent updates."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.1f}/s" if speed else "")
+
+
+class PhaseProgress:
+    """One live bar per phase of a reindex job (rich), with counts, a rate and an ETA.
+
+    ``update(phase, counts)`` takes the job's current phase and ``{phase: (done, total,
+    detail)}``. On a terminal the bars redraw in place; otherwise each phase change prints
+    one line (``rifflux: <phase>: <done>/<total> ...``), so a log shows when each phase
+    began. Either way it writes to ``stream`` (stderr), never to stdout.
+    """
+
+    def __init__(self, stream: TextIO, unit: str = "files") -> None:
+        self.stream = stream
+        self.unit = unit
+        self.live = stream.isatty()
+        self.last_phase: str | None = None
+        self._tasks: dict[str, TaskID] = {}
+        self._progress: Progress | None = None
+        if self.live:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(bar_width=16),
+                MofNCompleteColumn(),
+                _Rate(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[detail]}"),
+                console=Console(file=stream),
+                transient=False,
+            )
+            self._progress.start()
+
+    def update(self, phase: str, counts: dict[str, tuple[int, int | None, str]]) -> None:
+        if self._progress is not None:
+            for name, label in BAR_LABELS.items():
+                if name not in counts:
+                    continue
+                done, total, detail = counts[name]
+                if name not in self._tasks:
+                    self._tasks[name] = self._progress.add_task(
+                        label, total=total, unit=self.unit, detail=detail
+                    )
+                self._progress.update(self._tasks[name], completed=done, total=total, detail=detail)
+        elif phase != self.last_phase:
+            line = f"rifflux: {PHASE_LABELS.get(phase, phase)}"
+            if phase in counts:
+                done, total, detail = counts[phase]
+                line += f": {done}/{total if total is not None else '?'} {self.unit}"
+                line += f" {detail}" if detail else ""
+            print(line, file=self.stream, flush=True)
+        self.last_phase = phase
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -29,9 +29,10 @@ from rifflux.errors import (
 from rifflux.index import pipeline
 from rifflux.index.messages import (
     BatchFailure,
+    ChunkRequest,
     EmbedRequest,
     JobStep,
-    WriteRequest,
+    VectorsRequest,
     decode_batch_step,
     finalize_request,
 )
@@ -99,17 +100,30 @@ def plan_job(message: dict[str, Any]) -> None:
     request = JobStep.from_dict(message, "plan")
     structlog.contextvars.bind_contextvars(job_id=request.job_id)
     try:
-
-        def send_batch(batch: EmbedRequest) -> None:
-            embed_batch.send_with_options(
-                args=(batch.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR
-            )
-
-        outcome = pipeline.plan(settings, request, send_batch)
+        outcome = pipeline.plan(settings, request, _send_chunk, _send_embed)
         if outcome.ready_to_finalize:
             _send_finalize(request.db_path, request.job_id)
     finally:
         structlog.contextvars.unbind_contextvars("job_id")
+
+
+@dramatiq.actor(
+    actor_name=names.CHUNK_ACTOR,
+    queue_name=names.WRITE_QUEUE,
+    max_retries=8,
+    time_limit=WRITE_TIME_LIMIT_MS,
+    min_backoff=MIN_BACKOFF_MS,
+    max_backoff=MAX_BACKOFF_MS,
+    throws=PERMANENT_ERRORS,
+)
+def chunk_batch(message: dict[str, Any]) -> None:
+    """The lexical phase of a batch: chunk and write its rows, then send its embed step."""
+    request = ChunkRequest.from_dict(message)
+    outcome = pipeline.chunk(pipeline.with_retries(request, request.retries + _retries_so_far()))
+    if outcome.embed is not None:
+        _send_embed(outcome.embed)
+    if outcome.ready:
+        _send_finalize(request.db_path, request.job_id)
 
 
 @dramatiq.actor(
@@ -124,21 +138,21 @@ def plan_job(message: dict[str, Any]) -> None:
 def embed_batch(message: dict[str, Any]) -> None:
     request = EmbedRequest.from_dict(message)
     try:
-        prepared = pipeline.embed(request, process_embedder())
+        vectors = pipeline.embed(request, process_embedder())
     except PERMANENT_ERRORS as exc:
         # Not retried (``throws``): the batch fails now, recorded on the index host.
         failure = BatchFailure(
-            request.db_path, request.job_id, request.batch_no, tuple(request.paths), _line(exc)
+            request.db_path, request.job_id, request.batch_no, request.paths, _line(exc)
         )
         batch_failure.send(failure.to_dict())
         raise
-    prepared = pipeline.with_retries(prepared, _retries_so_far())
-    write_batch.send_with_options(args=(prepared.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR)
+    vectors = pipeline.with_retries(vectors, vectors.retries + _retries_so_far())
+    write_batch.send_with_options(args=(vectors.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR)
     log.info(
         "job.batch_embedded",
         job_id=request.job_id,
         batch=request.batch_no,
-        vectors=len(prepared.batch.vectors),
+        vectors=len(vectors.vectors),
     )
 
 
@@ -152,9 +166,10 @@ def embed_batch(message: dict[str, Any]) -> None:
     throws=PERMANENT_ERRORS,
 )
 def write_batch(message: dict[str, Any]) -> None:
-    request = WriteRequest.from_dict(message)
+    """The vector phase of a batch: attach its vectors and settle it."""
+    request = VectorsRequest.from_dict(message)
     request = pipeline.with_retries(request, request.retries + _retries_so_far())
-    if pipeline.write(request):
+    if pipeline.write_vectors(request):
         _send_finalize(request.db_path, request.job_id)
 
 
@@ -165,7 +180,8 @@ def write_batch(message: dict[str, Any]) -> None:
     throws=PERMANENT_ERRORS,
 )
 def batch_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) -> None:
-    """Dramatiq's on_retry_exhausted callback for an embed or write that kept failing."""
+    """Dramatiq's on_retry_exhausted callback for a chunk, embed or vector write that kept
+    failing."""
     request = decode_batch_step(message_data["args"][0])
     error = last_error(message_data, exception_data)
     failure = BatchFailure(
@@ -208,6 +224,14 @@ def plan_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) ->
 )
 def finalize_job(message: dict[str, Any]) -> None:
     pipeline.finalize(JobStep.from_dict(message, "finalize"))
+
+
+def _send_chunk(request: ChunkRequest) -> None:
+    chunk_batch.send_with_options(args=(request.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR)
+
+
+def _send_embed(request: EmbedRequest) -> None:
+    embed_batch.send_with_options(args=(request.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR)
 
 
 def _send_finalize(db_path: str, job_id: str) -> None:

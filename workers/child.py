@@ -4,7 +4,8 @@ parent dies, or when it should be recycled.
 Run by :mod:`workers.pool` as ``python -m workers.child``; never on its own. The
 process imports the actors module (which builds the broker from ``RIFFLUX_*``), emits
 Dramatiq's ``process_boot`` (the time-limit middleware starts its timer thread there),
-and runs a ``dramatiq.Worker`` until one of:
+and runs its ``dramatiq.Worker`` (two with ``--lexical-threads``: the embed queue apart
+from the index-host queues, see :func:`split_queues`) until one of:
 
 - SIGTERM, SIGINT or SIGHUP: the worker finishes the messages it is running, then the
   process exits 0;
@@ -24,13 +25,15 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import FrameType
 from typing import Any
 
 import dramatiq
 import structlog
 from dramatiq.middleware import Middleware
+
+from rifflux.queue.names import EMBED_QUEUE
 
 log = structlog.get_logger(__name__)
 
@@ -87,10 +90,52 @@ class RecycleMiddleware(Middleware):
         self.stop.set()
 
 
+class EmbedPriority(Middleware):
+    """Lowers the CPU priority of the threads of the given embed-only workers, once, as
+    they boot; the ONNX threads they start later inherit it (Linux priorities are per
+    thread). Index-host threads keep theirs, so they win the CPU whenever both run."""
+
+    def __init__(self, workers: Sequence[dramatiq.Worker], nice: int) -> None:
+        self.workers = list(workers)
+        self.nice = nice
+
+    def after_worker_thread_boot(self, broker: dramatiq.Broker, thread: Any) -> None:
+        if not any(thread.consumers is w.consumers for w in self.workers):
+            return
+        tid = threading.get_native_id()
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
+        except (OSError, AttributeError):
+            log.warning("worker.embed_priority_unchanged", exc_info=True)
+
+
+def split_queues(
+    wanted: Sequence[str], declared: Iterable[str], threads: int, lexical_threads: int
+) -> list[tuple[tuple[str, ...], int]]:
+    """(queues, threads) of each ``dramatiq.Worker`` this process runs.
+
+    With ``lexical_threads`` > 0 and both the embed queue and an index-host queue to
+    consume, the embed queue gets a worker of its own (``threads``) and the other queues
+    one with ``lexical_threads``: a batch's chunk-and-write step (which makes it
+    keyword-searchable) never waits behind a long embedding in the same process. Else
+    one worker consumes every queue (``()``: all declared ones).
+    """
+    queues = tuple(wanted) or tuple(sorted(declared))
+    others = tuple(q for q in queues if q != EMBED_QUEUE)
+    if lexical_threads <= 0 or EMBED_QUEUE not in queues or not others:
+        return [(tuple(wanted), threads)]
+    return [((EMBED_QUEUE,), threads), (others, lexical_threads)]
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers.child")
     parser.add_argument("--actors", default="workers.actors")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lexical-threads", type=int, default=0)
+    # RIFFLUX_EMBED_NICE: embedding saturates every core it gets; at the same priority,
+    # chunking and writing keyword-searchable rows got a share of the CPU and lexical
+    # search of a fresh corpus waited 2.3x longer (BENCHMARKS.md, issue 13).
+    parser.add_argument("--embed-nice", type=int, default=0)
     parser.add_argument("--queues", nargs="*", default=[])
     parser.add_argument("--max-messages", type=int, default=0)
     parser.add_argument("--max-rss-mb", type=int, default=0)
@@ -116,8 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop, max_messages=args.max_messages, max_rss_bytes=args.max_rss_mb * 2**20
     )
     broker.add_middleware(recycle)
-    worker = dramatiq.Worker(broker, queues=set(args.queues) or None, worker_threads=args.threads)
-    worker.start()
+    split = split_queues(
+        args.queues, broker.get_declared_queues(), args.threads, args.lexical_threads
+    )
+    workers = [
+        dramatiq.Worker(broker, queues=set(queues) or None, worker_threads=threads)
+        for queues, threads in split
+    ]
+    if len(workers) > 1 and args.embed_nice > 0:
+        broker.add_middleware(EmbedPriority([workers[0]], args.embed_nice))
+    for worker in workers:
+        worker.start()
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)
@@ -125,7 +179,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.getppid() != parent:
             log.warning("worker.parent_gone", parent=parent)
             break
-    worker.stop(timeout=STOP_TIMEOUT_MS)
+    # Stop every worker at once: one stopping after another would keep consuming while
+    # the first finishes its message.
+    stoppers = [
+        threading.Thread(target=worker.stop, kwargs={"timeout": STOP_TIMEOUT_MS})
+        for worker in workers
+    ]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join()
     broker.close()
     return EXIT_RECYCLE if recycle.reason is not None else 0
 

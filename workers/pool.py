@@ -79,6 +79,8 @@ class PoolSpec:
     threads: int = 1
     queues: tuple[str, ...] = ()
     actors: str = "workers.actors"
+    lexical_threads: int = 0
+    embed_nice: int = 0
     max_messages: int = 0
     max_rss_mb: int = 0
 
@@ -96,6 +98,8 @@ class PoolSpec:
             threads=threads,
             queues=tuple(queues),
             actors=settings.worker_actors,
+            lexical_threads=settings.lexical_threads,
+            embed_nice=settings.embed_nice,
             max_messages=settings.worker_max_messages,
             max_rss_mb=settings.worker_max_rss_mb,
         )
@@ -103,6 +107,8 @@ class PoolSpec:
     def child_command(self) -> list[str]:
         command = [sys.executable, "-m", "workers.child", "--actors", self.actors]
         command += ["--threads", str(self.threads)]
+        command += ["--lexical-threads", str(self.lexical_threads)]
+        command += ["--embed-nice", str(self.embed_nice)]
         command += ["--max-messages", str(self.max_messages)]
         command += ["--max-rss-mb", str(self.max_rss_mb)]
         if self.queues:

@@ -1,14 +1,15 @@
-"""In-process indexing: scan → change detection → chunk + embed → write, batch by batch.
+"""In-process indexing: scan → change detection → chunk + write rows → embed + write vectors.
 
 The queue workers run the same stages of :mod:`rifflux.index.pipeline` split across
 actors; this module runs them back to back in one process (tests, ``rifflux eval``, and
-as the reference the workers must match).
+as the reference the workers must match). Lexical first here too: every changed file's
+rows are written (keyword-searchable) before the first text is embedded; the vector
+phase then embeds every stored chunk that has no vector, batch by batch.
 """
 
 from __future__ import annotations
 
 import gc
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,8 +22,8 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.index.changes import FileWork, batch_by_bytes
-from rifflux.index.pipeline import doomed_paths, refresh_unchanged, survey
-from rifflux.index.prepare import prepare_batch
+from rifflux.index.pipeline import doomed_paths, refresh_unchanged, survey, texts_to_embed
+from rifflux.index.prepare import chunk_file, embed_texts
 from rifflux.index.scan import SkippedFile
 from rifflux.store.connection import open_index
 from rifflux.store.writer import IndexWriter
@@ -31,6 +32,9 @@ from rifflux.vectors.publish import publish_quietly
 log = structlog.get_logger(__name__)
 
 ProgressCallback = Callable[[int, int], None]
+
+# Files whose missing vectors one embed call of the vector phase covers.
+EMBED_BATCH_FILES = 64
 
 
 @dataclass(slots=True)
@@ -46,7 +50,6 @@ class IndexReport:
     vectors_new: int = 0
     vectors_reused: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
-    stale_paths: list[str] = field(default_factory=list)
     duration_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,12 +115,14 @@ class Indexer:
             )
             report.skipped.extend(scan.skipped)
             indexed = 0
+            writer = IndexWriter(conn)
             for batch_works in batch_by_bytes(found.works, self.settings.batch_target_bytes):
-                self._index_batch(conn, batch_works, label, report)
+                self._write_rows(writer, batch_works, label, report)
                 indexed += len(batch_works)
                 if progress is not None:
                     done = indexed + len(tally.skipped) + tally.unchanged + len(tally.metadata)
                     progress(done, len(scan.files))
+            self._embed_missing(writer, report)
             report.skipped.extend(SkippedFile(d.rel_path, d.reason) for d in tally.skipped)
             report.files_unchanged = tally.unchanged
             report.files_metadata_only = refresh_unchanged(conn, tally)
@@ -128,7 +133,9 @@ class Indexer:
                 progress(len(scan.files), len(scan.files))
         finally:
             conn.close()
-        publish_quietly(self.settings.db_path, source="indexer")  # Vector cache hook.
+        publish_quietly(  # Vector cache hook.
+            self.settings.db_path, source="indexer", vector_index=self.settings.vector_index
+        )
         report.duration_s = round(time.perf_counter() - started, 3)
         log.info(
             "index.completed",
@@ -142,21 +149,30 @@ class Indexer:
         )
         return report
 
-    def _index_batch(
-        self, conn: sqlite3.Connection, works: list[FileWork], label: str, report: IndexReport
+    def _write_rows(
+        self, writer: IndexWriter, works: list[FileWork], label: str, report: IndexReport
     ) -> None:
-        writer = IndexWriter(conn)
-        known = writer.known_vector_hashes([w.rel_path for w in works], label)
-        batch = prepare_batch(
-            works,
-            embedder=self.embedder,
-            max_chars=self.settings.max_chunk_chars,
-            min_chars=self.settings.min_chunk_chars,
-            known_hashes=known,
-        )
-        stats = writer.apply_batch(batch)
+        files = [
+            chunk_file(
+                work,
+                max_chars=self.settings.max_chunk_chars,
+                min_chars=self.settings.min_chunk_chars,
+            )
+            for work in works
+        ]
+        with writer.transaction():
+            stats = writer.write_rows(files, label)
         report.files_indexed += stats.files_written
         report.chunks_written += stats.chunks_written
-        report.vectors_new += stats.vectors_new
         report.vectors_reused += stats.vectors_reused
-        report.stale_paths.extend(stats.stale_paths)
+
+    def _embed_missing(self, writer: IndexWriter, report: IndexReport) -> None:
+        """The vector phase: embed the texts of every stored chunk without a vector."""
+        paths = writer.paths_without_vectors()
+        for start in range(0, len(paths), EMBED_BATCH_FILES):
+            texts = texts_to_embed(writer.conn, paths[start : start + EMBED_BATCH_FILES])
+            vectors = embed_texts(self.embedder, texts)
+            with writer.transaction():
+                report.vectors_new += writer.write_vectors(
+                    self.embedder.label, self.embedder.dim, vectors
+                )

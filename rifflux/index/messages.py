@@ -7,6 +7,9 @@ message it would misread (:class:`~rifflux.errors.MessageVersionError`, which is
 retried) instead of guessing. Bump ``MESSAGE_VERSION`` with any change of a message's
 fields or their meaning.
 
+A batch crosses three messages, one per phase: ``ChunkRequest`` (file texts, to chunk and
+write as keyword-searchable rows), ``EmbedRequest`` (only the texts that still lack a
+vector) and ``VectorsRequest`` (the new vectors, keyed by the sha256 of the embedded text).
 Vectors travel compactly: base64 of raw little-endian float32 (a 384-d vector is 2 KB).
 """
 
@@ -21,9 +24,8 @@ import numpy as np
 
 from rifflux.errors import MessageVersionError
 from rifflux.index.changes import FileWork
-from rifflux.store.rows import PreparedBatch, PreparedChunk, PreparedFile
 
-MESSAGE_VERSION = 1
+MESSAGE_VERSION = 2
 
 
 def _check(data: Mapping[str, Any], kind: str) -> None:
@@ -40,6 +42,26 @@ def _check(data: Mapping[str, Any], kind: str) -> None:
             f"{MESSAGE_VERSION}; run the workers and the front process from the same "
             "Rifflux version"
         )
+
+
+def _batch_header(message: Any) -> dict[str, Any]:
+    """The fields every batch step's message starts with."""
+    return {
+        "kind": message.KIND,
+        "version": message.version,
+        "db_path": message.db_path,
+        "job_id": message.job_id,
+        "batch_no": message.batch_no,
+    }
+
+
+def _batch_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The common fields of a batch step's message, decoded."""
+    return {
+        "db_path": str(data["db_path"]),
+        "job_id": str(data["job_id"]),
+        "batch_no": int(data["batch_no"]),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +96,22 @@ def finalize_request(db_path: str, job_id: str) -> JobStep:
 
 
 @dataclass(frozen=True, slots=True)
-class EmbedRequest:
-    """One batch's file texts to chunk and embed; ``known`` embed hashes have vectors."""
+class ChunkRequest:
+    """One planned batch's file texts: chunk them and write their rows (the lexical phase)."""
 
     db_path: str
     job_id: str
     batch_no: int
     files: tuple[FileWork, ...]
-    known: tuple[str, ...]
     model: str
     max_chunk_chars: int
     min_chunk_chars: int
     # Planned files that vanished or turned unindexable before they were read.
     vanished: tuple[str, ...] = ()
+    retries: int = 0
     version: int = MESSAGE_VERSION
 
-    KIND: ClassVar[str] = "embed"
+    KIND: ClassVar[str] = "chunk"
 
     @property
     def paths(self) -> list[str]:
@@ -97,11 +119,7 @@ class EmbedRequest:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.KIND,
-            "version": self.version,
-            "db_path": self.db_path,
-            "job_id": self.job_id,
-            "batch_no": self.batch_no,
+            **_batch_header(self),
             "files": [
                 {
                     "rel_path": w.rel_path,
@@ -112,116 +130,123 @@ class EmbedRequest:
                 }
                 for w in self.files
             ],
-            "known": list(self.known),
             "model": self.model,
             "max_chunk_chars": self.max_chunk_chars,
             "min_chunk_chars": self.min_chunk_chars,
             "vanished": list(self.vanished),
+            "retries": self.retries,
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EmbedRequest:
+    def from_dict(cls, data: Mapping[str, Any]) -> ChunkRequest:
         _check(data, cls.KIND)
         return cls(
-            db_path=str(data["db_path"]),
-            job_id=str(data["job_id"]),
-            batch_no=int(data["batch_no"]),
+            **_batch_fields(data),
             files=tuple(
                 FileWork(
                     f["rel_path"], int(f["mtime_ns"]), int(f["size_bytes"]), f["sha256"], f["text"]
                 )
                 for f in data["files"]
             ),
-            known=tuple(data["known"]),
             model=str(data["model"]),
             max_chunk_chars=int(data["max_chunk_chars"]),
             min_chunk_chars=int(data["min_chunk_chars"]),
             vanished=tuple(data["vanished"]),
+            retries=int(data["retries"]),
         )
-
-
-def encode_batch(batch: PreparedBatch) -> dict[str, Any]:
-    """A JSON-safe dict; vectors travel as base64 of raw little-endian float32."""
-    return {
-        "model": batch.model,
-        "dim": batch.dim,
-        "files": [
-            {
-                "rel_path": f.rel_path,
-                "mtime_ns": f.mtime_ns,
-                "size_bytes": f.size_bytes,
-                "sha256": f.sha256,
-                "chunks": [
-                    [c.chunk_id, c.chunk_index, c.heading_path, c.content, c.embed_sha256]
-                    for c in f.chunks
-                ],
-            }
-            for f in batch.files
-        ],
-        "vectors": {
-            key: base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii")
-            for key, vec in batch.vectors.items()
-        },
-    }
-
-
-def decode_batch(data: Mapping[str, Any]) -> PreparedBatch:
-    files = [
-        PreparedFile(
-            f["rel_path"],
-            int(f["mtime_ns"]),
-            int(f["size_bytes"]),
-            f["sha256"],
-            [PreparedChunk(c[0], int(c[1]), c[2], c[3], c[4]) for c in f["chunks"]],
-        )
-        for f in data["files"]
-    ]
-    vectors = {
-        key: np.frombuffer(base64.b64decode(raw), dtype="<f4").astype(np.float32)
-        for key, raw in data["vectors"].items()
-    }
-    return PreparedBatch(files, data["model"], int(data["dim"]), vectors)
 
 
 @dataclass(frozen=True, slots=True)
-class WriteRequest:
-    """One chunked and embedded batch to write; ``retries`` so far, for the job's count."""
+class EmbedRequest:
+    """A written batch's texts that have no vector yet: ``texts`` maps embed hash → text.
+
+    ``paths`` are the batch's files (for failure records); the embedder never opens
+    the index.
+    """
 
     db_path: str
     job_id: str
     batch_no: int
-    batch: PreparedBatch
-    vanished: tuple[str, ...] = ()
+    model: str
+    paths: tuple[str, ...]
+    texts: tuple[tuple[str, str], ...]
     retries: int = 0
     version: int = MESSAGE_VERSION
 
-    KIND: ClassVar[str] = "write"
-
-    @property
-    def paths(self) -> list[str]:
-        return [f.rel_path for f in self.batch.files]
+    KIND: ClassVar[str] = "embed"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.KIND,
-            "version": self.version,
-            "db_path": self.db_path,
-            "job_id": self.job_id,
-            "batch_no": self.batch_no,
-            "batch": encode_batch(self.batch),
-            "vanished": list(self.vanished),
+            **_batch_header(self),
+            "model": self.model,
+            "paths": list(self.paths),
+            "texts": [list(pair) for pair in self.texts],
             "retries": self.retries,
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> WriteRequest:
+    def from_dict(cls, data: Mapping[str, Any]) -> EmbedRequest:
         _check(data, cls.KIND)
         return cls(
-            db_path=str(data["db_path"]),
-            job_id=str(data["job_id"]),
-            batch_no=int(data["batch_no"]),
-            batch=decode_batch(data["batch"]),
-            vanished=tuple(data["vanished"]),
+            **_batch_fields(data),
+            model=str(data["model"]),
+            paths=tuple(data["paths"]),
+            texts=tuple((str(key), str(text)) for key, text in data["texts"]),
+            retries=int(data["retries"]),
+        )
+
+
+def encode_vectors(vectors: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """embed hash → base64 of raw little-endian float32."""
+    return {
+        key: base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
+        for key, vec in vectors.items()
+    }
+
+
+def decode_vectors(data: Mapping[str, str]) -> dict[str, np.ndarray]:
+    return {
+        key: np.frombuffer(base64.b64decode(raw), dtype="<f4").astype(np.float32)
+        for key, raw in data.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class VectorsRequest:
+    """A batch's new vectors (embed hash → float32 row) to attach to the chunks that have
+    exactly that text; ``retries`` so far, for the job's count."""
+
+    db_path: str
+    job_id: str
+    batch_no: int
+    model: str
+    dim: int
+    paths: tuple[str, ...]
+    vectors: dict[str, np.ndarray]
+    retries: int = 0
+    version: int = MESSAGE_VERSION
+
+    KIND: ClassVar[str] = "vectors"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **_batch_header(self),
+            "model": self.model,
+            "dim": self.dim,
+            "paths": list(self.paths),
+            "vectors": encode_vectors(self.vectors),
+            "retries": self.retries,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VectorsRequest:
+        _check(data, cls.KIND)
+        return cls(
+            **_batch_fields(data),
+            model=str(data["model"]),
+            dim=int(data["dim"]),
+            paths=tuple(data["paths"]),
+            vectors=decode_vectors(data["vectors"]),
             retries=int(data["retries"]),
         )
 
@@ -241,11 +266,7 @@ class BatchFailure:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.KIND,
-            "version": self.version,
-            "db_path": self.db_path,
-            "job_id": self.job_id,
-            "batch_no": self.batch_no,
+            **_batch_header(self),
             "paths": list(self.paths),
             "error": self.error,
         }
@@ -254,17 +275,20 @@ class BatchFailure:
     def from_dict(cls, data: Mapping[str, Any]) -> BatchFailure:
         _check(data, cls.KIND)
         return cls(
-            db_path=str(data["db_path"]),
-            job_id=str(data["job_id"]),
-            batch_no=int(data["batch_no"]),
+            **_batch_fields(data),
             paths=tuple(data["paths"]),
             error=str(data["error"]),
         )
 
 
-def decode_batch_step(data: Mapping[str, Any]) -> EmbedRequest | WriteRequest:
-    """An embed or write message (a batch's retries ran out in either step)."""
+BatchStep = ChunkRequest | EmbedRequest | VectorsRequest
+
+
+def decode_batch_step(data: Mapping[str, Any]) -> BatchStep:
+    """A chunk, embed or vectors message (a batch's retries ran out in that step)."""
     kind = data.get("kind") if isinstance(data, Mapping) else None
-    if kind == WriteRequest.KIND:
-        return WriteRequest.from_dict(data)
-    return EmbedRequest.from_dict(data)
+    if kind == VectorsRequest.KIND:
+        return VectorsRequest.from_dict(data)
+    if kind == EmbedRequest.KIND:
+        return EmbedRequest.from_dict(data)
+    return ChunkRequest.from_dict(data)

@@ -1,19 +1,21 @@
-"""Compute-anywhere stage: chunk files and embed only the chunk texts not yet embedded.
+"""Compute stages that never open the index: chunk a file, embed texts.
 
-It never opens the index. The caller passes the embed hashes that already have vectors
-(``known_hashes``); the writer reuses those vectors from the database, so editing one
-section of a long file embeds only that section's chunks.
+A chunk's embedded text (its breadcrumb and content) is identified by its sha256: the
+writer reuses a stored vector of the same hash, so editing one section of a long file
+embeds only that section's chunks.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+
+import numpy as np
 
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
 from rifflux.index.chunker import chunk_document, chunk_id_for
-from rifflux.store.rows import PreparedBatch, PreparedChunk, PreparedFile
+from rifflux.store.rows import PreparedChunk, PreparedFile
 
 
 def embedding_input(heading_path: str, content: str) -> str:
@@ -47,24 +49,9 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
     return PreparedFile(work.rel_path, work.mtime_ns, work.size_bytes, work.sha256, chunks)
 
 
-def prepare_batch(
-    works: Sequence[FileWork],
-    *,
-    embedder: Embedder,
-    max_chars: int,
-    min_chars: int,
-    known_hashes: Iterable[str] = (),
-) -> PreparedBatch:
-    """Chunk ``works`` and embed, in one batched call, every text not in ``known_hashes``."""
-    files = [chunk_file(work, max_chars=max_chars, min_chars=min_chars) for work in works]
-    known = set(known_hashes)
-    pending: dict[str, str] = {}
-    for prepared in files:
-        for chunk in prepared.chunks:
-            if chunk.embed_sha256 not in known and chunk.embed_sha256 not in pending:
-                pending[chunk.embed_sha256] = embedding_input(chunk.heading_path, chunk.content)
-    batch = PreparedBatch(files, embedder.label, embedder.dim)
-    if pending:
-        matrix = embedder.embed_batch(list(pending.values()))
-        batch.vectors = {key: matrix[row] for row, key in enumerate(pending)}
-    return batch
+def embed_texts(embedder: Embedder, texts: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
+    """Embed ``(embed hash, text)`` pairs in one batched call: embed hash → vector."""
+    if not texts:
+        return {}
+    matrix = embedder.embed_batch([text for _key, text in texts])
+    return {key: matrix[row] for row, (key, _text) in enumerate(texts)}

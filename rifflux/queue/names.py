@@ -2,7 +2,9 @@
 and the plan message that starts a job.
 
 plan and write run where the index database lives; embed runs on any host. An
-embed-only host starts its workers with ``--queues rifflux_embed``.
+embed-only host starts its workers with ``--queues rifflux_embed``. The write queue
+carries both phases of a batch on the index host: ``chunk_batch`` (chunk and write the
+keyword-searchable rows) and ``write_batch`` (attach the vectors).
 """
 
 from dramatiq import Message
@@ -16,6 +18,7 @@ ALL_QUEUES = (PLAN_QUEUE, EMBED_QUEUE, WRITE_QUEUE)
 INDEX_HOST_QUEUES = (PLAN_QUEUE, WRITE_QUEUE)
 
 PLAN_ACTOR = "plan_job"
+CHUNK_ACTOR = "chunk_batch"
 EMBED_ACTOR = "embed_batch"
 WRITE_ACTOR = "write_batch"
 FAILED_ACTOR = "batch_failed"

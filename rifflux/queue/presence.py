@@ -174,7 +174,13 @@ def presence_store_for(broker: dramatiq.Broker, settings: Settings) -> PresenceS
 
 
 class PresenceMiddleware(Middleware):
-    """Records a heartbeat for each worker process from boot to shutdown."""
+    """Records one heartbeat per worker process from boot to shutdown.
+
+    A worker process may run more than one ``dramatiq.Worker`` (``workers.child`` gives
+    the index-host queues their own threads, apart from the embed queue's): its heartbeat
+    lists the queues of every Worker still running in it, so status and stall detection
+    see one live process that consumes all of them.
+    """
 
     def __init__(
         self, store: PresenceStore, *, interval_seconds: float = HEARTBEAT_SECONDS
@@ -182,32 +188,54 @@ class PresenceMiddleware(Middleware):
         self.store = store
         self.interval_seconds = interval_seconds
         self.worker_id: str | None = None
+        self._queues: dict[int, list[str]] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _all_queues(self) -> list[str]:
+        with self._lock:
+            return sorted({q for queues in self._queues.values() for q in queues})
+
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        worker_id = self.worker_id = worker_tag()
         queues = sorted(worker.consumer_whitelist or broker.get_declared_queues())
-        self.store.record_heartbeat(worker_id, queues)
-        self._stop = stop = threading.Event()
+        with self._lock:
+            self._queues[id(worker)] = queues
+            first = self.worker_id is None
+            worker_id = self.worker_id = self.worker_id or worker_tag()
+        self.store.record_heartbeat(worker_id, self._all_queues())
+        if first:
+            self._stop = stop = threading.Event()
 
-        def beat() -> None:
-            while not stop.wait(self.interval_seconds):
-                try:
-                    self.store.record_heartbeat(worker_id, queues)
-                except Exception:
-                    log.warning("worker.heartbeat_failed", worker=worker_id, exc_info=True)
+            def beat() -> None:
+                while not stop.wait(self.interval_seconds):
+                    try:
+                        self.store.record_heartbeat(worker_id, self._all_queues())
+                    except Exception:
+                        log.warning("worker.heartbeat_failed", worker=worker_id, exc_info=True)
 
-        self._thread = threading.Thread(target=beat, name="rifflux-heartbeat", daemon=True)
-        self._thread.start()
+            self._thread = threading.Thread(target=beat, name="rifflux-heartbeat", daemon=True)
+            self._thread.start()
         log.info("worker.booted", worker=worker_id, queues=queues)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        # Workers of one process stop concurrently: each update of the heartbeat happens
+        # under the lock, so one still running can never re-record it after the last
+        # one removed it.
+        with self._lock:
+            self._queues.pop(id(worker), None)
+            worker_id = self.worker_id
+            if worker_id is None:
+                return
+            if self._queues:
+                queues = sorted({q for qs in self._queues.values() for q in qs})
+                self.store.record_heartbeat(worker_id, queues)
+                return
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_seconds)
             self._thread = None
-        if self.worker_id is not None:
-            self.store.remove_heartbeat(self.worker_id)
-            log.info("worker.stopped", worker=self.worker_id)
+        with self._lock:
+            self.store.remove_heartbeat(worker_id)
             self.worker_id = None
+        log.info("worker.stopped", worker=worker_id)

@@ -1,22 +1,30 @@
 """The job steps of the pipeline as plain functions, driven in-process in the order workers
-run them."""
+run them: plan, chunk (lexical phase), embed, write vectors (vector phase), finalize."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from rifflux_testing import copy_corpus, make_settings
+from rifflux_testing import (
+    copy_corpus,
+    files_not_found_lexically,
+    index_rows,
+    make_settings,
+    reference_rows,
+)
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
 from rifflux.index.messages import (
     BatchFailure,
+    ChunkRequest,
     EmbedRequest,
-    WriteRequest,
+    VectorsRequest,
     finalize_request,
     plan_request,
 )
+from rifflux.search.service import SearchService
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
@@ -44,22 +52,54 @@ def record(settings, job_id: str) -> jobs.JobRecord:
         conn.close()
 
 
+class Sent:
+    """What the plan step sends, collected as the actors would send it."""
+
+    def __init__(self) -> None:
+        self.chunks: list[ChunkRequest] = []
+        self.embeds: list[EmbedRequest] = []
+
+
+def plan(settings, job_id: str) -> tuple[pipeline.PlanOutcome, Sent]:
+    sent = Sent()
+    outcome = pipeline.plan(
+        settings,
+        plan_request(str(settings.db_path), job_id),
+        sent.chunks.append,
+        sent.embeds.append,
+    )
+    return outcome, sent
+
+
+def chunk(request: ChunkRequest) -> pipeline.RowsOutcome:
+    """The chunk step, with its message through the wire encoding."""
+    return pipeline.chunk(ChunkRequest.from_dict(request.to_dict()))
+
+
 def embed_and_write(request: EmbedRequest, embedder=None) -> bool:
-    """The embed and write steps, with both messages through their wire encoding."""
+    """The embed and vector-write steps, with both messages through their wire encoding."""
     wire = EmbedRequest.from_dict(request.to_dict())
-    prepared = pipeline.embed(wire, embedder or HashEmbedder())
-    return pipeline.write(WriteRequest.from_dict(prepared.to_dict()))
+    vectors = pipeline.embed(wire, embedder or HashEmbedder())
+    return pipeline.write_vectors(VectorsRequest.from_dict(vectors.to_dict()))
+
+
+def run_batch(request: ChunkRequest, embedder=None) -> bool:
+    """Both phases of one batch; True when the job is ready to finalize."""
+    outcome = chunk(request)
+    if outcome.embed is not None:
+        return embed_and_write(outcome.embed, embedder)
+    return outcome.ready
 
 
 def run_inline(settings, roots: list[Path]) -> jobs.JobRecord | None:
     """Every step of one job, in order, in this process."""
     job_id = submit(settings, roots)
-    db = str(settings.db_path)
-    sent: list[EmbedRequest] = []
-    pipeline.plan(settings, plan_request(db, job_id), sent.append)
-    for request in sent:
+    _, sent = plan(settings, job_id)
+    for request in sent.embeds:
         embed_and_write(request)
-    return pipeline.finalize(finalize_request(db, job_id))
+    for request in sent.chunks:
+        run_batch(request)
+    return pipeline.finalize(finalize_request(str(settings.db_path), job_id))
 
 
 def test_a_redelivered_plan_resends_only_pending_batches(tmp_path: Path) -> None:
@@ -67,22 +107,29 @@ def test_a_redelivered_plan_resends_only_pending_batches(tmp_path: Path) -> None
     settings = make_settings(tmp_path, batch_target_bytes=20_000)
     job_id = submit(settings, [corpus])
     db = str(settings.db_path)
-    sent: list[EmbedRequest] = []
-    first = pipeline.plan(settings, plan_request(db, job_id), sent.append)
-    assert first.batches == len(sent) > 3 and not first.ready_to_finalize
+    first, sent = plan(settings, job_id)
+    assert first.batches == len(sent.chunks) > 3 and not first.ready_to_finalize
+    assert sent.embeds == []
 
     embedder = HashEmbedder()
-    for request in sent[:2]:
-        embed_and_write(request, embedder)
-    resent: list[EmbedRequest] = []
-    pipeline.plan(settings, plan_request(db, job_id), resent.append)
-    assert [r.batch_no for r in resent] == [r.batch_no for r in sent[2:]]
-    assert [r.files for r in resent] == [r.files for r in sent[2:]]
+    for request in sent.chunks[:2]:
+        run_batch(request, embedder)
+    # Batch 2 is chunked (rows written) but its embed message was lost.
+    lost = chunk(sent.chunks[2]).embed
+    assert lost is not None
+    _, resent = plan(settings, job_id)
+    assert [r.batch_no for r in resent.chunks] == [r.batch_no for r in sent.chunks[3:]]
+    assert [r.files for r in resent.chunks] == [r.files for r in sent.chunks[3:]]
+    # The chunked batch's embed request is rebuilt from the index, the same as was lost.
+    assert resent.embeds == [lost]
 
-    ready = [embed_and_write(request, embedder) for request in resent]
+    assert not embed_and_write(resent.embeds[0], embedder)
+    ready = [run_batch(request, embedder) for request in resent.chunks]
     assert ready[-1] and not any(ready[:-1])
-    # A duplicate write of a settled batch changes nothing and does not re-finalize.
-    assert not embed_and_write(sent[0], embedder)
+    # A duplicate of a settled batch writes nothing; it still says the job is ready, so a
+    # finalize lost after the last write is sent again (finalizing is idempotent).
+    assert chunk(sent.chunks[0]) == pipeline.RowsOutcome(None, True)
+    assert embed_and_write(lost, embedder)
     done = pipeline.finalize(finalize_request(db, job_id))
     assert done is not None and done.state == "completed"
     assert done.files_done == 30 and done.batches_done == done.batches_total
@@ -93,16 +140,15 @@ def test_a_failed_batch_fails_the_job_but_others_land(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, batch_target_bytes=20_000)
     job_id = submit(settings, [corpus])
     db = str(settings.db_path)
-    sent: list[EmbedRequest] = []
-    pipeline.plan(settings, plan_request(db, job_id), sent.append)
+    _, sent = plan(settings, job_id)
     embedder = HashEmbedder()
-    bad = sent[0]
+    bad = sent.chunks[0]
     bad_paths = bad.paths
     failure = BatchFailure(db, job_id, bad.batch_no, tuple(bad_paths), "RuntimeError: boom")
     assert not pipeline.fail_batch(failure)
     assert not pipeline.fail_batch(BatchFailure.from_dict(failure.to_dict()))
-    for request in sent[1:]:
-        embed_and_write(request, embedder)
+    for request in sent.chunks[1:]:
+        run_batch(request, embedder)
     done = pipeline.finalize(finalize_request(db, job_id))
     assert done is not None and done.state == "failed"
     assert done.files_failed == len(bad_paths)
@@ -113,9 +159,7 @@ def test_a_failed_batch_fails_the_job_but_others_land(tmp_path: Path) -> None:
 def test_a_missing_root_fails_the_job_with_its_name(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     job_id = submit(settings, [tmp_path / "gone"])
-    outcome = pipeline.plan(
-        settings, plan_request(str(settings.db_path), job_id), lambda request: None
-    )
+    outcome, _ = plan(settings, job_id)
     assert outcome.batches == 0
     failed = record(settings, job_id)
     assert failed.state == "failed" and "gone" in failed.errors[0]["error"]
@@ -136,9 +180,8 @@ def test_files_vanishing_between_plan_and_send_are_counted(tmp_path: Path) -> No
         conn.close()
     victim = sorted(corpus.rglob("*.md"))[0]
     victim.unlink()
-    sent: list[EmbedRequest] = []
-    pipeline.plan(settings, plan_request(db, job_id), sent.append)
-    ready = [embed_and_write(request) for request in sent]
+    _, sent = plan(settings, job_id)
+    ready = [run_batch(request) for request in sent.chunks]
     assert ready[-1]
     done = pipeline.finalize(finalize_request(db, job_id))
     assert done is not None and done.state == "completed"
@@ -168,14 +211,100 @@ def test_a_cancelled_job_writes_nothing_more(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, batch_target_bytes=20_000)
     job_id = submit(settings, [corpus])
     db = str(settings.db_path)
-    sent: list[EmbedRequest] = []
-    pipeline.plan(settings, plan_request(db, job_id), sent.append)
+    _, sent = plan(settings, job_id)
     conn = open_index(db)
     try:
         assert jobs.cancel_job(conn, job_id)
         assert not jobs.cancel_job(conn, job_id)
     finally:
         conn.close()
-    assert not embed_and_write(sent[0])
+    assert chunk(sent.chunks[0]) == pipeline.RowsOutcome(None, False)
     done = pipeline.finalize(finalize_request(db, job_id))
     assert done is not None and (done.state, done.files_done) == ("cancelled", 0)
+
+
+def test_every_file_is_keyword_searchable_before_any_vector_is_written(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=12)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    assert record(settings, job_id).phase == "lexical"
+    embeds = [chunk(request).embed for request in sent.chunks]
+    job = record(settings, job_id)
+    assert job.phase == "embedding" and job.files_written == job.files_planned == 12
+    assert job.chunks_to_embed > 0 and job.chunks_embedded == 0
+
+    service = SearchService(settings)
+    try:
+        assert files_not_found_lexically(service, corpus, "docs") == []
+        counts = service.counts()
+        assert counts["embeddings"] == 0 < counts["chunks"]
+        assert service.search("agent instructions", top_k=5, mode="semantic") == []
+        hybrid = service.search("agent instructions", top_k=5, mode="hybrid")
+        assert hybrid and all(h["score_breakdown"]["semantic_rank"] is None for h in hybrid)
+    finally:
+        service.close()
+
+    ready = [embed_and_write(request) for request in embeds if request is not None]
+    assert ready[-1] and not any(ready[:-1])
+    assert record(settings, job_id).phase == "finalizing"
+    done = pipeline.finalize(finalize_request(str(settings.db_path), job_id))
+    assert done is not None and (done.state, done.phase) == ("completed", "done")
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def test_a_vector_never_lands_on_a_chunk_rewritten_since_it_was_embedded(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    note = docs / "note.md"
+    note.write_text("# Note\n\nThe first text of this note, about copper kettles.\n")
+    settings = make_settings(tmp_path)
+    first_job = submit(settings, [docs])
+    _, first = plan(settings, first_job)
+    old_embed = chunk(first.chunks[0]).embed
+    assert old_embed is not None
+    # The file changes and a second job writes its new rows before the first job's
+    # vectors arrive.
+    note.write_text("# Note\n\nA rewritten text of this note, about silver spoons.\n")
+    second_job = submit(settings, [docs])
+    _, second = plan(settings, second_job)
+    new_embed = chunk(second.chunks[0]).embed
+    assert new_embed is not None
+
+    embed_and_write(old_embed)
+    rows = index_rows(settings.db_path)
+    assert [(r[5], r[7]) for r in rows] == [(rows[0][5], None)]
+    assert "silver spoons" in rows[0][5]
+
+    embed_and_write(new_embed)
+    rows = index_rows(settings.db_path)
+    expected = HashEmbedder().embed_batch([text for _, text in new_embed.texts])[0]
+    assert rows[0][7] == expected.astype("<f4").tobytes()
+
+
+def test_files_left_without_vectors_are_embedded_by_the_next_job(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=8)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    _, sent = plan(settings, job_id)
+    lost = [outcome.embed for outcome in map(chunk, sent.chunks)]
+    # Every vector phase fails for good: the rows stay, keyword-searchable.
+    for request in lost:
+        assert request is not None
+        pipeline.fail_batch(BatchFailure(db, job_id, request.batch_no, request.paths, "boom"))
+    failed = pipeline.finalize(finalize_request(db, job_id))
+    assert failed is not None and failed.state == "failed"
+
+    again = submit(settings, [corpus])
+    outcome, resent = plan(settings, again)
+    assert resent.chunks == [] and outcome.batches == len(resent.embeds) >= 1
+    assert sorted(p for r in resent.embeds for p in r.paths) == sorted(
+        p for r in sent.chunks for p in r.paths
+    )
+    assert [embed_and_write(r) for r in resent.embeds][-1]
+    done = pipeline.finalize(finalize_request(db, again))
+    assert done is not None and done.state == "completed"
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)

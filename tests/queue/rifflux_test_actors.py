@@ -3,7 +3,9 @@ embed step selected by RIFFLUX_TEST_* variables. Run as ``dramatiq rifflux_test_
 
 RIFFLUX_TEST_EMBED_DIM gives the embed step an embedder of another dimension (so another
 label) than the job's; RIFFLUX_TEST_EMBED_ATTEMPTS names a file that gets one line per
-embed attempt."""
+embed attempt; with RIFFLUX_TEST_EMBED_GATE every embed waits until that file exists
+(the vector phase is held back); RIFFLUX_TEST_WRITE_PAUSE_FILE pauses the first write of
+the phase RIFFLUX_TEST_WRITE_PAUSE_PHASE (``rows`` or ``vectors``) inside its transaction."""
 
 from __future__ import annotations
 
@@ -14,14 +16,14 @@ from typing import Any
 from rifflux.embed.base import Embedder
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
-from rifflux.index.messages import EmbedRequest, WriteRequest
+from rifflux.index.messages import EmbedRequest, VectorsRequest
 from rifflux.store.writer import IndexWriter
 from workers import actors
 
 _real_embed = pipeline.embed
 
 
-def _embed(request: EmbedRequest, embedder: Embedder) -> WriteRequest:
+def _embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:
     attempts = os.environ.get("RIFFLUX_TEST_EMBED_ATTEMPTS")
     if attempts:
         with open(attempts, "a", encoding="utf-8") as out:
@@ -30,6 +32,9 @@ def _embed(request: EmbedRequest, embedder: Embedder) -> WriteRequest:
     if dim:
         embedder = HashEmbedder(int(dim))
     time.sleep(float(os.environ.get("RIFFLUX_TEST_EMBED_DELAY", "0")))
+    gate = os.environ.get("RIFFLUX_TEST_EMBED_GATE")
+    while gate and not os.path.exists(gate):
+        time.sleep(0.05)
     poison = os.environ.get("RIFFLUX_TEST_POISON")
     if poison and any(poison in path for path in request.paths):
         raise RuntimeError(f"poisoned batch containing {poison}")
@@ -41,30 +46,43 @@ actors.embed_batch.options["max_retries"] = int(os.environ.get("RIFFLUX_TEST_MAX
 actors.embed_batch.options["min_backoff"] = 50
 actors.embed_batch.options["max_backoff"] = 200
 
-_real_apply_batch = IndexWriter.apply_batch
+
+def _pause_once(marker: str) -> None:
+    """The first caller records its pid in ``marker`` and sleeps (inside the caller's
+    transaction), so a test can kill -9 the process in the middle of a write."""
+    try:
+        os.close(os.open(marker + ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    with open(marker + ".tmp", "w", encoding="ascii") as out:
+        out.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+    time.sleep(600)
 
 
-def _apply_batch(writer: IndexWriter, batch: Any, *, also: Any = None, on_retry: Any = None) -> Any:
-    """With RIFFLUX_TEST_WRITE_PAUSE_FILE: the first write to get here records its pid in
-    that file and sleeps inside its transaction, after its rows are applied, so a test
-    can kill -9 the process in the middle of the write."""
+_real_write_rows = IndexWriter.write_rows
+_real_write_vectors = IndexWriter.write_vectors
+
+
+def _write_rows(writer: IndexWriter, files: Any, model: str) -> Any:
+    """With RIFFLUX_TEST_WRITE_PAUSE_FILE and RIFFLUX_TEST_WRITE_PAUSE_PHASE=rows: pause in
+    the lexical phase's transaction, after the rows are applied."""
+    stats = _real_write_rows(writer, files, model)
     marker = os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_FILE")
-
-    def also_then_pause(tx: Any) -> None:
-        if also is not None:
-            also(tx)
-        if not marker:
-            return
-        try:
-            os.close(os.open(marker + ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-        with open(marker + ".tmp", "w", encoding="ascii") as out:
-            out.write(str(os.getpid()))
-        os.replace(marker + ".tmp", marker)
-        time.sleep(600)
-
-    return _real_apply_batch(writer, batch, also=also_then_pause, on_retry=on_retry)
+    if marker and os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_PHASE", "vectors") == "rows":
+        _pause_once(marker)
+    return stats
 
 
-IndexWriter.apply_batch = _apply_batch  # type: ignore[method-assign]
+def _write_vectors(writer: IndexWriter, model: str, dim: int, vectors: Any) -> int:
+    """With RIFFLUX_TEST_WRITE_PAUSE_FILE (phase ``vectors``, the default): pause in the
+    vector phase's transaction, after the vectors are applied."""
+    added = _real_write_vectors(writer, model, dim, vectors)
+    marker = os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_FILE")
+    if marker and os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_PHASE", "vectors") == "vectors":
+        _pause_once(marker)
+    return added
+
+
+IndexWriter.write_rows = _write_rows  # type: ignore[method-assign]
+IndexWriter.write_vectors = _write_vectors  # type: ignore[method-assign]

@@ -19,6 +19,7 @@ from rifflux_testing import (
     alive,
     children_of,
     copy_corpus,
+    files_not_found_lexically,
     index_rows,
     queue_settings,
     reference_rows,
@@ -28,6 +29,8 @@ from rifflux_testing import (
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
+from rifflux.search.service import SearchService
+from rifflux.status import index_status
 from rifflux.store.connection import connect
 from rifflux.store.jobs import JobRecord
 from workers import pool as pool_module
@@ -144,13 +147,20 @@ def test_random_kills_during_a_job_lose_and_duplicate_nothing(tmp_path: Path, po
     pool.wait_full()
 
 
+@pytest.mark.parametrize("phase", ["rows", "vectors"])
 def test_kill_9_in_the_middle_of_a_write_transaction_leaves_no_partial_batch(
-    tmp_path: Path, pools
+    tmp_path: Path, pools, phase: str
 ) -> None:
     corpus = copy_corpus(tmp_path / "docs", limit=60)
     settings = queue_settings(tmp_path)
     marker = tmp_path / "writer.pid"
-    pool = Pool(tmp_path, settings, 2, RIFFLUX_TEST_WRITE_PAUSE_FILE=str(marker))
+    pool = Pool(
+        tmp_path,
+        settings,
+        2,
+        RIFFLUX_TEST_WRITE_PAUSE_FILE=str(marker),
+        RIFFLUX_TEST_WRITE_PAUSE_PHASE=phase,
+    )
     pools.append(pool)
     pool.wait_full()
     queue = IndexQueue(settings)
@@ -158,11 +168,14 @@ def test_kill_9_in_the_middle_of_a_write_transaction_leaves_no_partial_batch(
         job_id = queue.submit([corpus])
         wait_until(marker.exists, timeout=120)
         writer = int(marker.read_text())
-        # The writer sleeps inside its transaction with its rows applied: none is visible.
+        # The writer sleeps inside its transaction with its rows (or vectors) applied:
+        # none of them is visible.
         reader = connect(settings.db_path, readonly=True)
         try:
-            visible = reader.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
-            written = job_of(queue, job_id).batches_done
+            table = "chunks" if phase == "rows" else "embeddings"
+            visible = reader.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            job = job_of(queue, job_id)
+            written = job.batches_written if phase == "rows" else job.batches_done
         finally:
             reader.close()
         os.kill(writer, signal.SIGKILL)
@@ -180,7 +193,7 @@ def test_children_are_recycled_after_max_messages_and_the_job_is_unchanged(
 ) -> None:
     corpus = copy_corpus(tmp_path / "docs", limit=60)
     settings = queue_settings(tmp_path)
-    pool = Pool(tmp_path, settings, 1, RIFFLUX_WORKER_MAX_MESSAGES="3")
+    pool = Pool(tmp_path, settings, 1, RIFFLUX_WORKER_MAX_MESSAGES="6")
     pools.append(pool)
     first = pool.wait_full()
     queue = IndexQueue(settings)
@@ -193,10 +206,12 @@ def test_children_are_recycled_after_max_messages_and_the_job_is_unchanged(
     assert first[0] not in pool.children()
     log = pool.log_path.read_text()
     recycled = log.count("pool.child_recycled")
-    # One plan, batches_total embeds and writes, one finalize; a child stops after its
-    # 3rd message, or its 4th when one was already taken from its prefetch by then.
-    messages = 1 + 2 * record.batches_total + 1
-    assert recycled >= messages // 4 - 1
+    # One plan, batches_total chunks, embeds and vector writes, one finalize; a child
+    # stops after its 6th message, or a little later: each of its two workers (embed and
+    # index-host queues) may be running one more, and may have taken one from its
+    # prefetch by then.
+    messages = 1 + 3 * record.batches_total + 1
+    assert recycled >= messages // 10 - 1
     assert "pool.child_died" not in log
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
 
@@ -315,3 +330,56 @@ def test_kill_9_of_rifflux_index_takes_its_local_pool_with_it(tmp_path: Path) ->
     finally:
         if _group_alive(index.pid):
             os.killpg(index.pid, signal.SIGKILL)
+
+
+def test_every_file_is_keyword_searchable_while_the_vector_phase_is_held_back(
+    tmp_path: Path, pools
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=40)
+    settings = queue_settings(tmp_path)
+    gate = tmp_path / "embed.gate"
+    pool = Pool(tmp_path, settings, 2, RIFFLUX_TEST_EMBED_GATE=str(gate))
+    pools.append(pool)
+    pool.wait_full()
+    queue = IndexQueue(settings)
+    service = SearchService(settings)
+    try:
+        job_id = queue.submit([corpus])
+        # Every embed waits at the gate, each worker process's embed thread with it; the
+        # index-host threads still chunk and write every batch.
+        wait_until(lambda: job_of(queue, job_id).phase == "embedding", timeout=120)
+        held = job_of(queue, job_id)
+        status = index_status(service, queue.status)
+        assert files_not_found_lexically(service, corpus, "docs") == []
+        assert service.search("agent instructions", top_k=5, mode="semantic") == []
+        hybrid = service.search("agent instructions", top_k=5, mode="hybrid")
+        gate.touch()
+        record = queue.wait(job_id, timeout=120)
+        after = index_status(service, queue.status)
+    finally:
+        service.close()
+        queue.close()
+    assert held.state == "running" and held.files_written == held.files_planned == 40
+    assert held.phases()["lexical"]["chunks_done"] == status["chunks"] > 0
+    assert status["embeddings"] == 0 and status["embedding_coverage"] == 0.0
+    [shown] = status["recent_jobs"]
+    assert (shown["state"], shown["phase"]) == ("running", "embedding")
+    assert shown["phases"]["lexical"] == {
+        "files_done": 40,
+        "files_total": 40,
+        "chunks_done": status["chunks"],
+    }
+    assert shown["phases"]["embedding"]["files_done"] == 0
+    assert status["roots"] == [
+        {
+            "root": "docs",
+            "files": 40,
+            "chunks": status["chunks"],
+            "embeddings": 0,
+            "embedding_coverage": 0.0,
+        }
+    ]
+    assert hybrid and all(h["score_breakdown"]["semantic_rank"] is None for h in hybrid)
+    assert (record.state, record.phase) == ("completed", "done"), record.errors
+    assert after["embedding_coverage"] == 1.0 and after["roots"][0]["embedding_coverage"] == 1.0
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)

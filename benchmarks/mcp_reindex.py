@@ -1,0 +1,196 @@
+"""A full reindex through a real MCP client: wall time, and when every file is searchable.
+
+Spawns ``rifflux serve`` (stdio) in a fresh directory with an empty index and calls
+``reindex`` on a corpus, as an agent would. Two measurements:
+
+- ``wait`` (default): ``reindex`` without ``background``; the call's wall time is the
+  whole job (plan, chunk and write, embed, finalize) with the server's local worker
+  pool started on demand, as the issue measured it;
+- ``--background``: ``reindex`` with ``background: true``, then the time until a
+  chunk of every indexed file is in the keyword index (polled every 0.1 s through a
+  read-only connection), confirmed afterwards by MCP lexical searches for a rare word
+  of sampled files; and the time until the job completes with every vector in.
+
+    .venv/bin/python benchmarks/mcp_reindex.py --backend hash
+    .venv/bin/python benchmarks/mcp_reindex.py --backend onnx --background
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+WORD = re.compile(r"[A-Za-z]{9,}")
+
+
+def _ro(db: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+
+
+def files_searchable(db: Path) -> int:
+    """Files with at least one chunk in the keyword index (0 before the index exists)."""
+    if not db.exists():
+        return 0
+    try:
+        conn = _ro(db)
+        try:
+            row = conn.execute(
+                "SELECT COUNT(DISTINCT c.file_id) FROM chunks c "
+                "WHERE c.id IN (SELECT rowid FROM chunks_fts)"
+            ).fetchone()
+            return int(row[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def expected_files(corpus: Path) -> int:
+    return sum(1 for p in corpus.rglob("*.md") if p.is_file() and p.stat().st_size > 0)
+
+
+def rare_words(db: Path, sample: int) -> list[tuple[str, str]]:
+    """(path, word) for sampled files: the word of its first chunk that the fewest
+    chunks of the index contain (files whose rarest word is in more than 20 chunks are
+    left out)."""
+    conn = _ro(db)
+    try:
+        rows = conn.execute(
+            "SELECT f.path, c.content FROM files f JOIN chunks c ON c.file_id = f.id "
+            "WHERE c.chunk_index = 0 ORDER BY f.path"
+        ).fetchall()
+        picked = random.Random(7).sample(rows, min(sample, len(rows)))
+        out = []
+        for path, content in picked:
+            words = sorted(set(WORD.findall(content)))[:40]
+            if words:
+                df = {
+                    w: conn.execute(
+                        "SELECT COUNT(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{w}"',)
+                    ).fetchone()[0]
+                    for w in words
+                }
+                rarest = min(words, key=lambda w: (df[w], w))
+                if df[rarest] <= 20:  # so the file must be among the top 50 hits
+                    out.append((path, rarest))
+        return out
+    finally:
+        conn.close()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="rifflux-mcp-reindex-"))
+    db = work / "index.db"
+    corpus = args.corpus.resolve()
+    env = {
+        **os.environ,
+        "RIFFLUX_DB_PATH": str(db),
+        "RIFFLUX_EMBEDDING_BACKEND": args.backend,
+        "RIFFLUX_LOG_LEVEL": "WARNING",
+        "RIFFLUX_ALLOWED_ROOTS": str(corpus),
+    }
+    if args.workers:
+        env["RIFFLUX_WORKERS"] = str(args.workers)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "rifflux.mcp", "--transport", "stdio"], env=env
+    )
+    report: dict[str, Any] = {"expected_files": expected_files(corpus)}
+    try:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            call = {"path": str(corpus), "background": args.background}
+            t0 = time.perf_counter()
+            result = await session.call_tool("reindex", call)
+            report["reindex_call_s"] = round(time.perf_counter() - t0, 3)
+            assert not result.is_error, result.content
+            if args.background:
+                await _follow(session, db, report, t0, args.stop_after_lexical)
+            status = await session.call_tool("index_status", {})
+            data = status.structured_content or {}
+            job = data.get("recent_jobs", [{}])[0]
+            report["job"] = {
+                k: job.get(k) for k in ("state", "files_done", "chunks_embedded", "phase")
+            }
+            report["chunks"] = data.get("chunks")
+            report["embeddings"] = data.get("embeddings")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+async def _follow(
+    session: ClientSession, db: Path, report: dict[str, Any], t0: float, stop_after_lexical: bool
+) -> None:
+    expected = report["expected_files"]
+    lexical_at = None
+    while True:
+        now = time.perf_counter() - t0
+        if lexical_at is None and files_searchable(db) >= expected:
+            lexical_at = now
+            report["all_files_lexical_s"] = round(now, 3)
+            found = 0
+            probes = rare_words(db, 40)
+            for path, word in probes:
+                res = await session.call_tool(
+                    "search_rifflux", {"query": word, "mode": "lexical", "top_k": 50}
+                )
+                hits = (res.structured_content or {}).get("results", [])
+                found += any(h["path"] == path for h in hits)
+            report["lexical_probe"] = f"{found}/{len(probes)} sampled files found by word"
+            if stop_after_lexical:
+                return
+        status = await session.call_tool("index_status", {})
+        jobs = (status.structured_content or {}).get("recent_jobs", [])
+        if jobs and jobs[0]["state"] in ("completed", "failed", "cancelled"):
+            report["job_done_s"] = round(time.perf_counter() - t0, 3)
+            return
+        await asyncio.sleep(0.1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--backend", default="hash", choices=("hash", "onnx"))
+    parser.add_argument("--workers", type=int, default=0, help="default: RIFFLUX_WORKERS")
+    parser.add_argument("--background", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--stop-after-lexical",
+        action="store_true",
+        help="with --background: stop once every file is keyword-searchable",
+    )
+    args = parser.parse_args()
+    runs = [asyncio.run(run(args)) for _ in range(args.rounds)]
+    print(
+        json.dumps(
+            {
+                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                "corpus": str(args.corpus),
+                "backend": args.backend,
+                "background": args.background,
+                "runs": runs,
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""A scale run through the real queue with the hash embedder, on a generated corpus.
+
+Generates ``--files`` markdown files with ``scale_corpus.py`` (deterministic), boots a
+local worker pool (``--processes``, as ``rifflux index`` would), then measures:
+
+- the full index job (submit → completed), files/s, and each phase's span from the
+  workers' log (plan; chunk and write rows; embed and write vectors; finalize);
+- an incremental job with no change, and one after editing one file;
+- the database size (with its WAL) and the vector cache's;
+- peak RSS of this front process and of each worker process (sampled every 0.5 s);
+- search p50 per mode over 20 queries × 5 rounds.
+
+The generated corpus and the index are deleted at the end unless ``--keep``.
+
+    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 100000 --workdir /work/scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from scale_corpus import Vocabulary, generate
+
+from rifflux.config import Settings
+from rifflux.queue.client import IndexQueue
+from rifflux.search.service import SearchService
+
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            out += [int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    except OSError:
+        pass
+    return out
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS of every process below ``root`` (the pool and its workers)."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.peaks: dict[int, int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            for pid in children(self.root):
+                for worker in [pid, *children(pid)]:
+                    self.peaks[worker] = max(self.peaks.get(worker, 0), rss_kib(worker, "VmHWM"))
+
+
+def dir_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def phase_spans(log_path: Path, since: float) -> dict[str, float]:
+    """Seconds from ``since`` to the last event of each phase in the workers' log."""
+    last: dict[str, float] = {}
+    names = {
+        "job.planned": "planned",
+        "job.batch_chunked": "rows_written",
+        "job.batch_vectors_written": "vectors_written",
+        "job.finished": "finished",
+    }
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        name = names.get(event.get("event", ""))
+        if name is None:
+            continue
+        at = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+        if at >= since:
+            last[name] = round(at - since, 1)
+    return last
+
+
+def run_job(queue: IndexQueue, corpus: Path) -> tuple[float, Any]:
+    started = time.perf_counter()
+    record = queue.wait(queue.submit([corpus]), timeout=6 * 3600)
+    return time.perf_counter() - started, record
+
+
+def search_p50(settings: Settings, vocab: Vocabulary) -> dict[str, float]:
+    rng = random.Random(5)
+    queries = [" ".join(vocab.words_for(rng, rng.randint(2, 5))) for _ in range(20)]
+    service = SearchService(settings)
+    out = {}
+    try:
+        for mode in ("lexical", "semantic", "hybrid"):
+            service.search(queries[0], top_k=10, mode=mode)  # warm-up (cache load)
+            times = []
+            for _ in range(5):
+                for query in queries:
+                    t0 = time.perf_counter()
+                    service.search(query, top_k=10, mode=mode)
+                    times.append((time.perf_counter() - t0) * 1000)
+            out[mode] = round(statistics.median(times), 2)
+    finally:
+        service.close()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    corpus = args.workdir / f"corpus-{args.files}"
+    index_dir = args.workdir / f"index-{args.files}"
+    shutil.rmtree(index_dir, ignore_errors=True)
+    report: dict[str, Any] = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "files": args.files,
+        "processes": args.processes,
+    }
+    try:
+        t0 = time.perf_counter()
+        if not corpus.is_dir():
+            report["corpus_mb"] = round(generate(corpus, args.files, source=args.source) / 1e6, 1)
+        report["generate_s"] = round(time.perf_counter() - t0, 1)
+        settings = Settings.from_env().with_overrides(
+            db_path=index_dir / "index.db",
+            embedding_backend="hash",
+            workers=args.processes,
+            base_dir=args.workdir,
+        )
+        queue = IndexQueue(settings)
+        try:
+            pool = queue.start_pool(args.processes)
+            deadline = time.monotonic() + 120
+            while len(queue.index_host_workers()) < args.processes:
+                if time.monotonic() > deadline:
+                    sys.exit("workers did not boot")
+                time.sleep(0.2)
+            sampler = RssSampler(pool.process.pid)
+            sampler.start()
+            since = time.time()
+            full_s, record = run_job(queue, corpus)
+            assert record.state == "completed", record.errors
+            report["full_index_s"] = round(full_s, 1)
+            report["files_per_s"] = round(args.files / full_s, 1)
+            report["chunks"] = record.chunks_written
+            report["phases_s"] = phase_spans(pool.log_path, since)
+            nochange_s, again = run_job(queue, corpus)
+            assert again.state == "completed" and again.files_done == 0, again.errors
+            report["incremental_no_change_s"] = round(nochange_s, 2)
+            edited = corpus / "part-0000" / "doc-000007.md"
+            with edited.open("a", encoding="utf-8") as out:
+                out.write("\n\n## Scale run edit\n\nA paragraph added by the scale run.\n")
+            edit_s, one = run_job(queue, corpus)
+            assert one.state == "completed" and one.files_done == 1, one.errors
+            report["one_edited_file_s"] = round(edit_s, 2)
+            sampler.stop.set()
+            sampler.join()
+            report["worker_peak_rss_mib"] = sorted(
+                round(kib / 1024) for kib in sampler.peaks.values()
+            )
+        finally:
+            queue.close()
+        db = settings.db_path
+        report["db_mib"] = round(
+            sum(dir_size(p) for p in (db, Path(f"{db}-wal")) if p.exists()) / 2**20
+        )
+        report["vector_cache_mib"] = round(dir_size(Path(f"{db}.vectors")) / 2**20)
+        report["search_p50_ms"] = search_p50(settings, Vocabulary.from_corpus(args.source))
+        report["front_peak_rss_mib"] = round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        )
+    finally:
+        if not args.keep:
+            shutil.rmtree(corpus, ignore_errors=True)
+            shutil.rmtree(index_dir, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
