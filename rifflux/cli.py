@@ -25,9 +25,9 @@ from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
-from rifflux.mcp.cli import add_serve_parser
-from rifflux.progress import ProgressLine
-from rifflux.search.request import REQUIRED, SearchRequest, request_fields
+from rifflux.mcp.cli import add_mcp_config_parser, add_serve_parser
+from rifflux.progress import PhaseProgress
+from rifflux.search.request import SearchRequest, add_request_arguments, as_integer
 from rifflux.search.service import SearchService
 from rifflux.status import index_status
 
@@ -85,11 +85,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     chunk = sub.add_parser("get-chunk", help="print one chunk by id")
     chunk.add_argument("chunk_id")
+    chunk.add_argument(
+        "--neighbors",
+        type=as_integer,
+        default=0,
+        metavar="N",
+        help="also print up to N (0-5) chunks of the same file before and after it",
+    )
     _common_db(chunk)
     chunk.set_defaults(handler=cmd_get_chunk)
 
     get_file = sub.add_parser("get-file", help="print an indexed file's chunks")
     get_file.add_argument("path")
+    get_file.add_argument(
+        "--heading",
+        help="only this section and its subsections: a heading path such as "
+        "'Guide > Install' (case-insensitive; a unique suffix is enough)",
+    )
+    get_file.add_argument(
+        "--max-tokens",
+        type=as_integer,
+        metavar="N",
+        help="token budget (50-100000): chunks in order while they fit, the next one cut",
+    )
     _common_db(get_file)
     get_file.set_defaults(handler=cmd_get_file)
 
@@ -116,25 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.set_defaults(handler=cmd_cancel)
 
     add_serve_parser(sub)
+    add_mcp_config_parser(sub)
     add_eval_parser(sub)
     return parser
-
-
-def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    """One argument per SearchRequest field: a required field is positional, the others
-    are ``--flags`` (``top_k`` → ``--top-k``). Values are checked by SearchRequest."""
-    for name, default, spec in request_fields():
-        if default is REQUIRED:
-            parser.add_argument(name, type=spec.from_text, help=spec.description)
-        else:
-            parser.add_argument(
-                f"--{name.replace('_', '-')}",
-                dest=name,
-                type=spec.from_text,
-                default=default,
-                metavar=spec.metavar,
-                help=f"{spec.description} (default: {default})",
-            )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -225,7 +227,9 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
         raise RiffluxError(
             f"index database is damaged ({problems[0]}); rebuild with `rifflux index --rebuild DIR`"
         )
-    result = publish(settings.db_path, source="repair", full=True)
+    result = publish(
+        settings.db_path, source="repair", full=True, vector_index=settings.vector_index
+    )
     assert result is not None
     manifest = result.manifest
     report = {
@@ -244,15 +248,34 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def job_progress(stream: Any) -> tuple[Callable[[Any], None], ProgressLine]:
-    """A progress callback for IndexQueue.wait drawing files, chunks and state."""
-    line = ProgressLine(stream, "indexing", "files")
+def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
+    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning;
+    chunking and writing; embedding), in files, with the chunk counts beside them."""
+    bars = PhaseProgress(stream)
 
     def update(record: Any) -> None:
-        done = record.files_done + record.files_skipped + record.files_failed
-        line.update(done, record.files_total, f"{record.chunks_embedded} chunks · {record.state}")
+        if not record.planned:
+            bars.update(record.phase, {"scanning": (0, None, "")})
+            return
+        lexical, embedding = record.phases()["lexical"], record.phases()["embedding"]
+        bars.update(
+            record.phase,
+            {
+                "scanning": (record.files_total, record.files_total, ""),
+                "lexical": (
+                    lexical["files_done"],
+                    lexical["files_total"],
+                    f"{lexical['chunks_done']} chunks",
+                ),
+                "embedding": (
+                    embedding["files_done"],
+                    embedding["files_total"],
+                    f"{embedding['chunks_done']}/{embedding['chunks_total']} chunks",
+                ),
+            },
+        )
 
-    return update, line
+    return update, bars
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -312,6 +335,12 @@ def format_results(response: dict[str, Any]) -> str:
         if result["heading_path"]:
             lines.append(f"     {result['heading_path']}")
         lines.append(f"     {_snippet(result['content'])}")
+    if "budget" in response:
+        budget = response["budget"]
+        lines.append(
+            f"budget: {budget['used_tokens']} of {budget['max_tokens']} tokens, "
+            f"{budget['dropped']} results dropped"
+        )
     return "\n".join(lines)
 
 
@@ -333,7 +362,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_get_chunk(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        _print_json({"chunk": service.get_chunk(args.chunk_id)})
+        _print_json(service.chunk_with_neighbors(args.chunk_id, args.neighbors))
     finally:
         service.close()
     return 0
@@ -342,7 +371,8 @@ def cmd_get_chunk(args: argparse.Namespace) -> int:
 def cmd_get_file(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        _print_json({"file": service.get_file(args.path)})
+        found = service.get_file(args.path, heading=args.heading, max_tokens=args.max_tokens)
+        _print_json({"file": found})
     finally:
         service.close()
     return 0
@@ -414,7 +444,14 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
 
 def _print_status(status: dict[str, Any]) -> None:
     """``rifflux.status.index_status``'s object as text, one key a line."""
-    for key in ("db_path", "files", "chunks", "embeddings", "generation", "embedding_model"):
+    for key in ("db_path", "files", "chunks", "embeddings", "embedding_coverage"):
+        print(f"{key:>16}: {status[key]}")
+    for root in status["roots"]:
+        print(
+            f"{'':>18}{root['root']}: {root['files']} files, {root['chunks']} chunks, "
+            f"coverage {root['embedding_coverage']}"
+        )
+    for key in ("generation", "embedding_model"):
         print(f"{key:>16}: {status[key]}")
     print(f"{'backend':>16}: {status['embedding_backend']}")
     print(f"{'vector cache':>16}: {_cache_line(status['vector_cache'])}")
@@ -431,6 +468,14 @@ def _print_status(status: dict[str, Any]) -> None:
             f"+{job['files_skipped']} skipped/{job['files_total']} "
             f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
         )
+        if job["state"] == "running":
+            lexical, embedding = job["phases"]["lexical"], job["phases"]["embedding"]
+            print(
+                f"{'':>20}phase {job['phase']}: keyword-searchable {lexical['files_done']}/"
+                f"{lexical['files_total']} files, embedded {embedding['files_done']}/"
+                f"{embedding['files_total']} files ({embedding['chunks_done']}/"
+                f"{embedding['chunks_total']} chunks)"
+            )
         if job["stalled"]:
             print(f"{'':>20}stalled: {job['stalled_reason']}")
     watcher = status["watcher"]

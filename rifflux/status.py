@@ -2,9 +2,14 @@
 
 Shape (documented once, in docs/mcp.md, "index_status"):
 
-``{files, chunks, embeddings, generation, db_path, embedding_model, embedding_backend,
-vector_cache: {state, generation, segments, rows, tombstones, ...}, broker,
-live_workers: {count, workers: [...]}, queue_depths, recent_jobs, watcher}``
+``{files, chunks, embeddings, embedding_coverage, roots: [{root, files, chunks,
+embeddings, embedding_coverage}], generation, db_path, embedding_model,
+embedding_backend, vector_cache: {state, generation, segments, rows, tombstones, ...},
+broker, live_workers: {count, workers: [...]}, queue_depths, recent_jobs: [{...,
+phase, phases}], watcher}``
+
+``embedding_coverage`` is embedded chunks ÷ chunks (1.0 for an index without chunks:
+nothing waits for a vector); it stays below 1.0 while a job's vector phase runs.
 
 Invariants:
 
@@ -24,7 +29,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rifflux.search.service import SearchService
+from rifflux.store.reader import IndexReader
 from rifflux.watch.watcher import read_watcher_state
+
+
+def coverage(embedded: int, chunks: int) -> float:
+    """Embedded chunks ÷ chunks, rounded to 4 places (1.0 when there are no chunks); below
+    1.0 whenever a chunk lacks its vector, however few."""
+    if not chunks:
+        return 1.0
+    return round(embedded / chunks, 4) if embedded >= chunks else min(embedded / chunks, 0.9999)
 
 
 def index_status(
@@ -37,11 +51,17 @@ def index_status(
     ``queue_status`` is called (it opens the index for the job records).
     """
     counts = search.counts()
-    watcher = read_watcher_state(search.connection())
+    conn = search.connection()
+    roots = IndexReader(conn).counts_by_root()
+    for root in roots:
+        root["embedding_coverage"] = coverage(root["embeddings"], root["chunks"])
+    watcher = read_watcher_state(conn)
     queue = queue_status()
     workers = list(queue["live_workers"])
     return {
         **counts,
+        "embedding_coverage": coverage(counts["embeddings"], counts["chunks"]),
+        "roots": roots,
         "broker": queue["broker"],
         "live_workers": {"count": len(workers), "workers": workers},
         "queue_depths": queue["queue_depths"],

@@ -7,6 +7,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rifflux.config import Settings
 from rifflux.store.connection import open_index
@@ -120,3 +121,16 @@ def reference_rows(tmp_path: Path, corpus: Path, settings: Settings) -> list[tup
     reference = settings.with_overrides(db_path=tmp_path / "reference" / "index.db")
     Indexer(reference).run([corpus])
     return index_rows(reference.db_path)
+
+
+def files_not_found_lexically(service: Any, corpus: Path, prefix: str) -> list[str]:
+    """Files of ``corpus`` that a lexical search for their own first text line (as
+    keywords) does not return: [] when every file is keyword-searchable."""
+    missing = []
+    for path in sorted(corpus.rglob("*.md")):
+        title = next(line for line in path.read_text().splitlines() if line.strip("# -"))
+        stored = f"{prefix}/{path.relative_to(corpus).as_posix()}"
+        hits = service.search(title, top_k=50, mode="lexical")
+        if stored not in {h["path"] for h in hits}:
+            missing.append(stored)
+    return missing

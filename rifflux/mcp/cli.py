@@ -51,6 +51,34 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     return serve
 
 
+def add_mcp_config_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``mcp-config`` on the ``rifflux`` command's subparsers."""
+    from rifflux.mcp.host_config import HOSTS
+
+    config = subparsers.add_parser(
+        "mcp-config",
+        help="print the JSON an MCP host needs to start this installation's server",
+    )
+    config.add_argument(
+        "--host", choices=HOSTS, default="generic", help="the host's format (default: generic)"
+    )
+    config.add_argument(
+        "--db", type=Path, help="index database (default: $RIFFLUX_DB_PATH or .rifflux/index.db)"
+    )
+    config.set_defaults(handler=cmd_mcp_config)
+    return config
+
+
+def cmd_mcp_config(args: argparse.Namespace) -> int:
+    import json
+
+    from rifflux.mcp.host_config import host_config
+
+    settings = Settings.from_env().with_overrides(db_path=args.db)
+    print(json.dumps(host_config(args.host, settings.db_path), indent=2, ensure_ascii=False))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from rifflux.mcp.server import run_server
 

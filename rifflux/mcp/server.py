@@ -53,7 +53,15 @@ from rifflux.errors import RiffluxError
 from rifflux.mcp import tools
 from rifflux.mcp.tools import ToolContext, resolve_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
-from rifflux.search.request import REQUIRED, FieldSpec, request_fields
+from rifflux.search.request import (
+    MAX_MAX_TOKENS,
+    MAX_NEIGHBORS,
+    MIN_MAX_TOKENS,
+    REQUIRED,
+    FieldSpec,
+    as_integer,
+    request_fields,
+)
 from rifflux.store.connection import damaged_index, is_damage_error
 from rifflux.watch.watcher import FileWatcher
 
@@ -132,8 +140,9 @@ def _request_parameter(name: str, default: Any, spec: FieldSpec) -> inspect.Para
     parse a JSON-looking query); other values pass through ``from_text`` (``"10"`` → 10).
     """
     free_text = spec.json_schema.get("type") == "string" and "enum" not in spec.json_schema
+    text_type: object = str | None if default is None else str
     annotation: object = Annotated[
-        str if free_text else Any,
+        text_type if free_text else Any,
         BeforeValidator(spec.from_text),
         WithJsonSchema(dict(spec.json_schema)),
         Field(description=spec.description),
@@ -171,7 +180,9 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         """Search the indexed markdown and text files.
 
         Returns {query, mode, count, embedding_model, results}; each result has chunk_id,
-        path, heading_path, chunk_index, content and a score_breakdown for the mode.
+        path, heading_path, chunk_index, content and a score_breakdown for the mode. With
+        max_tokens the contents fit that budget: each result also has tokens and
+        truncated, and the response a budget {max_tokens, used_tokens, dropped}.
         """
         return await _in_thread(tools.search_rifflux, ctx, **arguments)
 
@@ -228,11 +239,21 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
     @server.tool(annotations=_READ_ONLY)
     async def get_chunk(
         chunk_id: Annotated[str, Field(description="A chunk_id from search results.")],
+        neighbors: Annotated[
+            Any,
+            BeforeValidator(as_integer),
+            WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_NEIGHBORS}),
+            Field(
+                description="Also return up to this many chunks of the same file before "
+                "and after it (0-5), as before and after lists in file order."
+            ),
+        ] = 0,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content}}."""
+        """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content}},
+        and with neighbors >= 1 also {before: [...], after: [...]}."""
         roots = await client_roots(context) if context is not None else None
-        return await _in_thread(tools.get_chunk, ctx, chunk_id, roots)
+        return await _in_thread(tools.get_chunk, ctx, chunk_id, roots, neighbors)
 
     @server.tool(annotations=_READ_ONLY)
     async def get_file(
@@ -240,12 +261,31 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
             str,
             Field(description="An indexed file's path, exactly as search results show it."),
         ],
+        heading: Annotated[
+            str | None,
+            Field(
+                description="Only this section and its subsections: a heading path such "
+                "as 'Guide > Install', case-insensitive; a unique suffix ('install') is "
+                "enough."
+            ),
+        ] = None,
+        max_tokens: Annotated[
+            Any,
+            BeforeValidator(as_integer),
+            WithJsonSchema(
+                {"type": ["integer", "null"], "minimum": MIN_MAX_TOKENS, "maximum": MAX_MAX_TOKENS}
+            ),
+            Field(
+                description="Token budget: chunks in order while they fit, the next one cut "
+                "to its beginning; each chunk then has tokens and truncated, the file a budget."
+            ),
+        ] = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """All chunks of an indexed file: {file: {path, sha256, chunks}}. Only indexed
         files inside the server's allowed roots are served; the file is not read."""
         roots = await client_roots(context) if context is not None else None
-        return await _in_thread(tools.get_file, ctx, path, roots)
+        return await _in_thread(tools.get_file, ctx, path, roots, heading, max_tokens)
 
 
 def _one_line(text: str) -> str:

@@ -301,17 +301,26 @@ def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) ->
 
 
 def get_chunk(
-    ctx: ToolContext, chunk_id: str, client_roots: Sequence[Path] | None = None
+    ctx: ToolContext,
+    chunk_id: str,
+    client_roots: Sequence[Path] | None = None,
+    neighbors: object = 0,
 ) -> dict[str, Any]:
-    chunk = ctx.search.get_chunk(chunk_id)
-    check_served(ctx, chunk["path"], ctx.roots_for(client_roots))
-    return {"chunk": chunk}
+    """``{chunk}``, and with ``neighbors`` ≥ 1 the chunks ``before`` and ``after`` it."""
+    found = ctx.search.chunk_with_neighbors(chunk_id, neighbors)
+    check_served(ctx, found["chunk"]["path"], ctx.roots_for(client_roots))
+    return found
 
 
 def get_file(
-    ctx: ToolContext, path: str, client_roots: Sequence[Path] | None = None
+    ctx: ToolContext,
+    path: str,
+    client_roots: Sequence[Path] | None = None,
+    heading: str | None = None,
+    max_tokens: object = None,
 ) -> dict[str, Any]:
-    """An indexed file by its stored path, from the index (the file itself is not read)."""
-    found = ctx.search.get_file(path)
+    """An indexed file by its stored path, from the index (the file itself is not read);
+    ``heading`` narrows it to one section, ``max_tokens`` fits it to a budget."""
+    found = ctx.search.get_file(path, heading=heading, max_tokens=max_tokens)
     check_served(ctx, found["path"], ctx.roots_for(client_roots))
     return {"file": found}

@@ -13,6 +13,16 @@ Arguments arrive as a :class:`~rifflux.search.request.SearchRequest`, already va
 (``search_response``); ``search``, the in-process ranking the evaluation calls with
 depths beyond ``MAX_TOP_K``, checks its arguments with the same functions and messages.
 
+One search, in order (issue 12): filters pick the admitted chunks (``filters.py``; none:
+every chunk); each side takes its candidates among them (``candidate_k``, default
+``top_k × RIFFLUX_CANDIDATE_MULTIPLIER``, 80 for minmax; never fewer than ``top_k``);
+``min_cosine`` drops weak semantic candidates; the sides are fused (RRF with this call's
+weights, minmax or maxnorm with its α); chunks holding every quoted phrase move ahead
+(lexical and hybrid); ``group_by="file"`` keeps each file's best chunk (searching deeper
+while fewer than ``top_k`` files came back and a side may hold more); then truncation to
+``top_k``. ``search_response`` answers repeated requests from the query cache
+(``query_cache.py``) while the index state is unchanged.
+
 A search never writes its database: connections are read-only (``mode=ro``), an absent
 index is reported ("no index at PATH; ...") instead of created, and a damaged one reads
 as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``DatabaseError``.
@@ -20,11 +30,13 @@ as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``Database
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,21 +46,67 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
-from rifflux.errors import EmbeddingModelMismatch, NotFoundError, RiffluxError
-from rifflux.search.fusion import maxnorm_fuse, rrf_fuse
-from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_search
-from rifflux.search.request import SearchRequest, check_mode, check_query, check_top_k
-from rifflux.store.connection import damaged_index, is_damage_error, open_index_readonly
+from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError, RiffluxError
+from rifflux.search.budget import budget_response, fit_in_order
+from rifflux.search.filters import admitted_rows
+from rifflux.search.fusion import (
+    DEFAULT_MAXNORM_ALPHA,
+    DEFAULT_MINMAX_ALPHA,
+    maxnorm_fuse,
+    minmax_fuse,
+    rrf_fuse,
+)
+from rifflux.search.lexical import (
+    DEFAULT_OPTIONS,
+    LexicalHit,
+    LexicalOptions,
+    lexical_search,
+    phrase_rows,
+    query_phrases,
+)
+from rifflux.search.query_cache import QueryCache
+from rifflux.search.request import (
+    SearchRequest,
+    check_max_tokens,
+    check_mode,
+    check_neighbors,
+    check_top_k,
+)
+from rifflux.search.sections import in_section, resolve_heading
+from rifflux.store.connection import (
+    damaged_index,
+    is_damage_error,
+    open_index_readonly,
+    transaction,
+)
 from rifflux.store.integrity import quick_check
 from rifflux.store.reader import IndexReader, current_generation, get_metadata
-from rifflux.vectors.cache import VectorCache
-from rifflux.vectors.segments import CacheCorrupt, forget_verified
+from rifflux.vectors.cache import SemanticHit, VectorCache
+from rifflux.vectors.segments import CacheCorrupt, forget_verified, vectors_dir
 
 REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also republishes it)"
 
 log = structlog.get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+MINMAX_CANDIDATE_K = 80
+"""Candidates per side of a minmax search without ``candidate_k`` (the spec's value)."""
+GROUP_DEEPEN = 4
+"""``group_by="file"``: the factor by which the candidate depth grows while too few
+files came back and a side may hold more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One ranked chunk before it is read: ``score`` is higher-better (−bm25 for
+    lexical), ``tier`` 0 when it holds every quoted phrase of the query (or there is none)."""
+
+    row_id: int
+    key: tuple[str, int]
+    score: float
+    breakdown: dict[str, Any]
+    tier: int = 0
 
 
 def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -59,6 +117,19 @@ def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
         "chunk_index": int(row["chunk_index"]),
         "content": row["content"],
     }
+
+
+def _stat_key(path: Path) -> tuple[str, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return path.name, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _ranks(score: dict[str, float], fused: Any) -> dict[str, Any]:
+    """A fused score's breakdown: the score, then both sides' ranks (None: not there)."""
+    return {**score, "lexical_rank": fused.lexical_rank, "semantic_rank": fused.semantic_rank}
 
 
 def _reports_damage(method: F) -> F:
@@ -92,10 +163,13 @@ class SearchService:
         self.lexical = lexical
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
-        self._vectors = vector_cache or VectorCache()
+        self._vectors = vector_cache or VectorCache(
+            vector_index=settings.vector_index, hnsw_ef=settings.hnsw_ef
+        )
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
+        self._query_cache = QueryCache(settings.query_cache_size, settings.query_cache_ttl_seconds)
 
     # -- resources -------------------------------------------------------------------
 
@@ -145,98 +219,196 @@ class SearchService:
     # -- search ----------------------------------------------------------------------
 
     @_reports_damage
-    def search(self, query: str, *, top_k: int = 10, mode: str = "hybrid") -> list[dict[str, Any]]:
-        """The ``top_k`` best chunks; ``top_k`` has no upper bound (evaluation depths)."""
+    def search(
+        self, query: str, *, top_k: int = 10, mode: str = "hybrid", **options: Any
+    ) -> list[dict[str, Any]]:
+        """The ``top_k`` best chunks; ``top_k`` has no upper bound (evaluation depths).
+
+        ``options`` are the optional :class:`SearchRequest` fields (``fusion``,
+        ``group_by``, filters...), checked there."""
         mode = check_mode(mode)
         top_k = check_top_k(top_k, maximum=None)
-        return self._search(check_query(query), top_k=top_k, mode=mode)[0]
+        request = SearchRequest.from_arguments({**options, "query": query, "mode": mode})
+        return self._search(request, top_k)[0]
 
     def _search(
-        self, query: str, *, top_k: int, mode: str
+        self, request: SearchRequest, top_k: int
     ) -> tuple[list[dict[str, Any]], str | None]:
         """(results, warning): the warning is set when lexical results stand in.
 
-        The arguments are valid (a SearchRequest's, or checked by ``search``)."""
-        if not query.strip():
+        The request is valid; ``top_k`` replaces its own (evaluation depths)."""
+        if not request.query.strip():
             return [], None
-        limit = top_k * self.settings.candidate_multiplier
         conn = self.connection()
-        if mode == "lexical":
-            return self._lexical(conn, query, limit, top_k), None
-        try:
-            semantic = self._semantic(conn, query, limit)
-        except CacheCorrupt as exc:
-            warning = (
-                f"the vector cache is corrupt ({exc}); these are lexical results "
-                f"instead of {mode} ones; {REPAIR_HINT}"
-            )
-            return self._lexical(conn, query, limit, top_k), warning
-        return self._fused(conn, query, limit, top_k, mode, semantic), None
+        admitted = admitted_rows(conn, request)
+        if admitted is not None and admitted.shape[0] == 0:
+            return [], None
+        depth = self._candidate_depth(request, top_k)
+        while True:
+            ranked, warning, deeper = self._ranked(conn, request, depth, admitted)
+            if request.group_by != "file":
+                break
+            ranked = self._best_per_file(conn, ranked)
+            if len(ranked) >= top_k or not deeper:
+                break
+            depth *= GROUP_DEEPEN
+        fill = request.mode == "semantic" and warning is None
+        return self._materialise(conn, ranked, top_k, fill=fill), warning
 
-    def _lexical(
-        self, conn: sqlite3.Connection, query: str, limit: int, top_k: int
-    ) -> list[dict[str, Any]]:
-        hits = lexical_search(conn, query, limit, self.lexical)[:top_k]
-        rows = self._rows(conn, [h.row_id for h in hits])
-        return [{**rows[h.row_id], "score_breakdown": {"bm25": h.bm25}} for h in hits]
+    def _fusion(self, request: SearchRequest) -> str:
+        return request.fusion or self.settings.fusion
+
+    def _candidate_depth(self, request: SearchRequest, top_k: int) -> int:
+        """Candidates per side: ``candidate_k``, else 80 for a minmax hybrid search, else
+        ``top_k × candidate_multiplier``; never fewer than ``top_k``."""
+        if request.candidate_k is not None:
+            return max(request.candidate_k, top_k)
+        if request.mode == "hybrid" and self._fusion(request) == "minmax":
+            return max(MINMAX_CANDIDATE_K, top_k)
+        return top_k * self.settings.candidate_multiplier
+
+    def _ranked(
+        self,
+        conn: sqlite3.Connection,
+        request: SearchRequest,
+        depth: int,
+        admitted: np.ndarray | None,
+    ) -> tuple[list[Ranked], str | None, bool]:
+        """(ranked candidates best first, warning, whether a side may hold more)."""
+        query, mode = request.query, request.mode
+        warning = None
+        semantic: list[SemanticHit] = []
+        if mode != "lexical":
+            try:
+                semantic = self._semantic(conn, query, depth, admitted)
+            except CacheCorrupt as exc:
+                warning = (
+                    f"the vector cache is corrupt ({exc}); these are lexical results "
+                    f"instead of {mode} ones; {REPAIR_HINT}"
+                )
+                mode = "lexical"
+        # A deeper search can add semantic candidates only if this one was cut at
+        # ``depth`` above the threshold (hits come best first).
+        deeper = len(semantic) >= depth
+        if request.min_cosine is not None:
+            threshold = request.min_cosine
+            deeper = deeper and semantic[-1].cosine >= threshold
+            semantic = [h for h in semantic if h.cosine >= threshold]
+        if mode == "semantic":
+            return (
+                [Ranked(h.row_id, h.key, h.cosine, {"cosine": h.cosine}) for h in semantic],
+                (warning),
+                deeper,
+            )
+        lexical = lexical_search(conn, query, depth, self.lexical, admitted)
+        deeper = deeper or len(lexical) >= depth
+        if mode == "lexical":
+            ranked = [Ranked(h.row_id, h.key, -h.bm25, {"bm25": h.bm25}) for h in lexical]
+        else:
+            ranked = self._fused(request, lexical, semantic)
+        phrases = query_phrases(query)
+        if phrases:
+            holding = phrase_rows(conn, phrases, (r.row_id for r in ranked))
+            ranked = [replace(r, tier=0 if r.row_id in holding else 1) for r in ranked]
+            ranked.sort(key=lambda r: r.tier)  # Stable: each tier keeps the fused order.
+        return ranked, warning, deeper
 
     def _fused(
         self,
-        conn: sqlite3.Connection,
-        query: str,
-        limit: int,
-        top_k: int,
-        mode: str,
-        semantic: list[Any],
-    ) -> list[dict[str, Any]]:
-        if mode == "semantic":
-            # Vector cache: a chunk deleted since the search is dropped, not a KeyError.
-            rows = self._rows(conn, [h.row_id for h in semantic])
-            hits_s = [h for h in semantic if h.row_id in rows][:top_k]
-            return [{**rows[h.row_id], "score_breakdown": {"cosine": h.cosine}} for h in hits_s]
-        lexical = lexical_search(conn, query, limit, self.lexical)
+        request: SearchRequest,
+        lexical: list[LexicalHit],
+        semantic: list[SemanticHit],
+    ) -> list[Ranked]:
         row_by_key = {h.key: h.row_id for h in lexical}
         row_by_key.update({h.key: h.row_id for h in semantic})
-        scored: list[tuple[Any, dict[str, float]]]
-        if self.settings.fusion == "maxnorm":
+        fusion = self._fusion(request)
+        if fusion in ("minmax", "maxnorm"):
+            alpha = request.alpha
+            if alpha is None:
+                alpha = self.settings.fusion_alpha
             # SQLite's bm25() is negative, lower is better: negated, higher is better.
-            scored = [
-                (f, {"maxnorm": f.score})
+            lex = [(h.key, -h.bm25) for h in lexical]
+            sem = [(h.key, h.cosine) for h in semantic]
+            if fusion == "minmax":
+                return [
+                    Ranked(
+                        row_by_key[f.key],
+                        f.key,
+                        f.score,
+                        {
+                            "minmax": f.score,
+                            "lexical_norm": f.lexical_norm,
+                            "semantic_norm": f.semantic_norm,
+                            "lexical_rank": f.lexical_rank,
+                            "semantic_rank": f.semantic_rank,
+                        },
+                    )
+                    for f in minmax_fuse(
+                        lex, sem, alpha=DEFAULT_MINMAX_ALPHA if alpha is None else alpha
+                    )
+                ]
+            return [
+                Ranked(row_by_key[f.key], f.key, f.score, _ranks({"maxnorm": f.score}, f))
                 for f in maxnorm_fuse(
-                    [(h.key, -h.bm25) for h in lexical],
-                    [(h.key, h.cosine) for h in semantic],
-                    alpha=self.settings.fusion_alpha,
-                )[:top_k]
+                    lex, sem, alpha=DEFAULT_MAXNORM_ALPHA if alpha is None else alpha
+                )
             ]
-        else:
-            scored = [
-                (f, {"rrf": f.rrf})
-                for f in rrf_fuse(
-                    [h.key for h in lexical],
-                    [h.key for h in semantic],
-                    k=self.settings.rrf_k,
-                    lexical_weight=self.settings.lexical_weight,
-                    semantic_weight=self.settings.semantic_weight,
-                )[:top_k]
-            ]
-        rows = self._rows(conn, [row_by_key[f.key] for f, _ in scored])
+        lexical_weight = request.lexical_weight
+        if lexical_weight is None:
+            lexical_weight = self.settings.lexical_weight
+        semantic_weight = request.semantic_weight
+        if semantic_weight is None:
+            semantic_weight = self.settings.semantic_weight
+        if lexical_weight == 0 and semantic_weight == 0:
+            raise InvalidQueryError(
+                "lexical_weight and semantic_weight must not both be 0 (with "
+                "RIFFLUX_LEXICAL_WEIGHT / RIFFLUX_SEMANTIC_WEIGHT)"
+            )
         return [
-            {
-                **rows[row_by_key[f.key]],
-                "score_breakdown": {
-                    **score,
-                    "lexical_rank": f.lexical_rank,
-                    "semantic_rank": f.semantic_rank,
-                },
-            }
-            for f, score in scored
-            if row_by_key[f.key] in rows  # Vector cache: drop chunks deleted meanwhile.
+            Ranked(row_by_key[f.key], f.key, f.rrf, _ranks({"rrf": f.rrf}, f))
+            for f in rrf_fuse(
+                [h.key for h in lexical],
+                [h.key for h in semantic],
+                k=self.settings.rrf_k,
+                lexical_weight=lexical_weight,
+                semantic_weight=semantic_weight,
+            )
         ]
+
+    def _best_per_file(self, conn: sqlite3.Connection, ranked: list[Ranked]) -> list[Ranked]:
+        """Each file's best chunk (its first in ``ranked``), files ordered by tier, score,
+        newer mtime, path, chunk index."""
+        best: dict[str, Ranked] = {}
+        for item in ranked:
+            best.setdefault(item.key[0], item)
+        mtimes = IndexReader(conn).file_mtimes(best)
+        return sorted(
+            best.values(),
+            key=lambda r: (r.tier, -r.score, -mtimes.get(r.key[0], 0), r.key),
+        )
+
+    def _materialise(
+        self, conn: sqlite3.Connection, ranked: list[Ranked], top_k: int, *, fill: bool
+    ) -> list[dict[str, Any]]:
+        """The first ``top_k`` as result dicts. A chunk deleted since it was ranked (the
+        vector cache lags) is dropped; ``fill``: read every candidate, so later ones
+        take its place."""
+        chosen = ranked if fill else ranked[:top_k]
+        rows = self._rows(conn, [r.row_id for r in chosen])
+        present = [r for r in chosen if r.row_id in rows][:top_k]
+        return [{**rows[r.row_id], "score_breakdown": r.breakdown} for r in present]
 
     @_reports_damage
     def search_response(self, request: SearchRequest) -> dict[str, Any]:
-        """The object the MCP tool and ``rifflux search --json`` return."""
-        results, warning = self._search(request.query, top_k=request.top_k, mode=request.mode)
+        """The object the MCP tool and ``rifflux search --json`` return.
+
+        Repeated requests are answered from the query cache while the index state (its
+        generation, uid and vector cache manifest) is the one they were computed at."""
+        state = self._index_state() if self._query_cache.enabled else None
+        cached = self._query_cache.get(request, state)
+        if cached is not None:
+            return cached
+        results, warning = self._search(request, request.top_k)
         response: dict[str, Any] = {
             "query": request.query,
             "mode": request.mode,
@@ -246,9 +418,31 @@ class SearchService:
         if warning is not None:
             response["warning"] = warning
         response["results"] = results
+        if request.max_tokens is not None:
+            response = budget_response(response, request.query, request.max_tokens)
+        if warning is None:
+            self._query_cache.put(request, state, response)
         return response
 
-    def _semantic(self, conn: sqlite3.Connection, query: str, limit: int) -> list[Any]:
+    def _index_state(self) -> Hashable:
+        """What a cached response depends on: the generation and uid, and the stat keys
+        of the database, its WAL and every file of the vector cache (a damaged file is
+        then noticed by the next search, as without the cache)."""
+        generation, uid = IndexReader(self.connection()).generation_and_uid()
+        db = self.db_path
+        files = [db, db.with_name(db.name + "-wal")]
+        directory = vectors_dir(db)
+        with contextlib.suppress(OSError):
+            files += sorted(Path(entry.path) for entry in os.scandir(directory))
+        return generation, uid, tuple(_stat_key(path) for path in files)
+
+    def _semantic(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        limit: int,
+        admitted: np.ndarray | None = None,
+    ) -> list[SemanticHit]:
         stored = self.stored_model(conn)
         if stored is None:
             return []
@@ -262,7 +456,7 @@ class SearchService:
         if query_vec is None:
             return []
         # Vector cache: memory-mapped segments, checked against the index generation.
-        return self._vectors.search(conn, self.db_path, stored, query_vec, limit)
+        return self._vectors.search(conn, self.db_path, stored, query_vec, limit, admitted)
 
     def _rows(self, conn: sqlite3.Connection, row_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         if not row_ids:
@@ -284,20 +478,66 @@ class SearchService:
         return _chunk_dict(row)
 
     @_reports_damage
-    def get_file(self, path: str) -> dict[str, Any]:
-        """An indexed file's chunks, by its stored path. Never reads the filesystem."""
+    def chunk_with_neighbors(self, chunk_id: str, neighbors: object = 0) -> dict[str, Any]:
+        """``{chunk}``; with ``neighbors`` ≥ 1 also ``before`` and ``after``: up to that many
+        chunks of the same file on each side, in file order (one read snapshot)."""
+        count = check_neighbors(neighbors)
+        conn = self.connection()
+        reader = IndexReader(conn)
+        with transaction(conn, write=False):
+            chunk = self.get_chunk(chunk_id)
+            if not count:
+                return {"chunk": chunk}
+            file_id = reader.file_id_of_chunk(chunk_id)
+            index = chunk["chunk_index"]
+            rows = reader.chunks_of_file_between(int(file_id or 0), index - count, index + count)
+        around = [_chunk_dict(row) for row in rows]
+        return {
+            "chunk": chunk,
+            "before": [c for c in around if c["chunk_index"] < index],
+            "after": [c for c in around if c["chunk_index"] > index],
+        }
+
+    @_reports_damage
+    def get_file(
+        self, path: str, *, heading: str | None = None, max_tokens: object = None
+    ) -> dict[str, Any]:
+        """An indexed file's chunks, by its stored path. Never reads the filesystem.
+
+        ``heading``: only that section and its subsections (rifflux.search.sections), the
+        resolved path under ``heading``. ``max_tokens``: chunks in order while they fit,
+        the next cut to its beginning; each chunk gains ``tokens`` and ``truncated`` and
+        the file a ``budget``.
+        """
+        budget = check_max_tokens(max_tokens)
         reader = IndexReader(self.connection())
         file_row = reader.file_by_path(path)
         if file_row is None:
             raise NotFoundError(
                 f"{path!r} is not an indexed file; pass a path exactly as search results show it"
             )
-        rows = reader.chunks_of_file(int(file_row["id"]))
-        return {
-            "path": file_row["path"],
-            "sha256": file_row["sha256"],
-            "chunks": [_chunk_dict(row) for row in rows],
-        }
+        chunks = [_chunk_dict(row) for row in reader.chunks_of_file(int(file_row["id"]))]
+        found: dict[str, Any] = {"path": file_row["path"], "sha256": file_row["sha256"]}
+        if heading is not None:
+            section = resolve_heading(
+                heading, [c["heading_path"] for c in chunks], str(file_row["path"])
+            )
+            chunks = [c for c in chunks if in_section(c["heading_path"], section)]
+            found["heading"] = section
+        if budget is not None:
+            fitted = fit_in_order([c["content"] for c in chunks], budget)
+            kept = [
+                {**c, "content": f.text, "tokens": f.tokens, "truncated": f.truncated}
+                for c, f in zip(chunks, fitted, strict=False)  # fitted may stop early
+            ]
+            found["budget"] = {
+                "max_tokens": budget,
+                "used_tokens": sum(f.tokens for f in fitted),
+                "dropped": len(chunks) - len(kept),
+            }
+            chunks = kept
+        found["chunks"] = chunks
+        return found
 
     @_reports_damage
     def absolute_path(self, stored_path: str) -> Path:

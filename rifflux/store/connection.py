@@ -40,7 +40,14 @@ from rifflux.errors import (
     NotAnIndexError,
     SchemaVersionError,
 )
-from rifflux.store.schema import ADDED_COLUMNS, BACKFILL_SQL, SCHEMA_SQL, SCHEMA_VERSION
+from rifflux.store import cjk
+from rifflux.store.schema import (
+    ADDED_COLUMNS,
+    ADDED_TABLES,
+    BACKFILL_SQL,
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -242,6 +249,7 @@ def open_index(path: Path | str) -> sqlite3.Connection:
             _check_version(db_path, version)
             _use_wal(conn)
             _add_missing_columns(conn)
+            _add_missing_tables(conn)
     except BaseException:
         conn.close()
         raise
@@ -281,6 +289,34 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
             for statement in BACKFILL_SQL.get(table, ()):
                 conn.execute(statement)
+
+
+# How a table of ADDED_TABLES is filled from what older indexes stored.
+_TABLE_BACKFILL: dict[str, Callable[[sqlite3.Connection], int]] = {"chunks_cjk": cjk.backfill}
+
+
+def _add_missing_tables(conn: sqlite3.Connection) -> None:
+    """Additive migrations within one schema version: create (and fill) the tables an older
+    index lacks. Idempotent; a no-op (one ``sqlite_master`` read) when none is missing."""
+    for table, sql in ADDED_TABLES.items():
+        if _has_table(conn, table):
+            continue
+        with transaction(conn):
+            if _has_table(conn, table):  # A racing writer made it first.
+                continue
+            for statement in _split_sql(sql):
+                conn.execute(statement)
+            filled = _TABLE_BACKFILL[table](conn) if table in _TABLE_BACKFILL else 0
+        log.info("index.table_added", table=table, rows=filled)
+
+
+def _has_table(conn: sqlite3.Connection, table: str) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        is not None
+    )
 
 
 def _check_version(db_path: Path, version: int) -> None:

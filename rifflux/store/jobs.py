@@ -47,6 +47,14 @@ class JobRecord:
     batches_done: int = 0
     retries: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
+    # Per phase: the plan's files; the lexical phase's files, chunks and batches written;
+    # the vector phase's texts to embed. ``files_done``, ``chunks_embedded`` and
+    # ``batches_done`` count what has finished both phases.
+    files_planned: int = 0
+    files_written: int = 0
+    chunks_written: int = 0
+    batches_written: int = 0
+    chunks_to_embed: int = 0
     # The plan step's results: persisted once, with the job's batches.
     planned: bool = False
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -59,6 +67,40 @@ class JobRecord:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+    @property
+    def phase(self) -> str:
+        """The earliest phase with work left: ``queued``, ``scanning``, ``lexical``
+        (chunking and writing keyword-searchable rows), ``embedding``, ``finalizing``, or
+        ``done`` once the job is finished. Batches move through both phases on their own,
+        so ``embedding`` can start while ``lexical`` is still the job's phase."""
+        if self.finished:
+            return "done"
+        if self.state == "queued":
+            return "queued"
+        if not self.planned:
+            return "scanning"
+        if self.batches_written < self.batches_total:
+            return "lexical"
+        if self.batches_done < self.batches_total:
+            return "embedding"
+        return "finalizing"
+
+    def phases(self) -> dict[str, dict[str, int]]:
+        """Progress of each phase: files (and chunks) done out of the plan's."""
+        return {
+            "lexical": {
+                "files_done": self.files_written,
+                "files_total": self.files_planned,
+                "chunks_done": self.chunks_written,
+            },
+            "embedding": {
+                "files_done": self.files_done,
+                "files_total": self.files_planned,
+                "chunks_done": self.chunks_embedded,
+                "chunks_total": self.chunks_to_embed,
+            },
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +117,8 @@ class JobRecord:
             "batches_done": self.batches_done,
             "retries": self.retries,
             "errors": self.errors,
+            "phase": self.phase,
+            "phases": self.phases(),
             "created_at": self.created_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
@@ -97,6 +141,11 @@ def _record(row: sqlite3.Row) -> JobRecord:
         batches_done=row["batches_done"],
         retries=row["retries"],
         errors=json.loads(row["errors"]),
+        files_planned=row["files_planned"],
+        files_written=row["files_written"],
+        chunks_written=row["chunks_written"],
+        batches_written=row["batches_written"],
+        chunks_to_embed=row["chunks_to_embed"],
         planned=bool(row["planned"]),
         skipped=json.loads(row["skipped"]),
         prune_paths=json.loads(row["prune_paths"]),
@@ -175,38 +224,74 @@ def add_errors(conn: sqlite3.Connection, job_id: str, errors: Sequence[dict[str,
     update_job(conn, job_id, errors=kept[:MAX_ERRORS_KEPT])
 
 
-def add_batches(conn: sqlite3.Connection, job_id: str, batches: Sequence[Sequence[str]]) -> None:
-    """Persist a job's plan: batch ``n`` holds the paths ``batches[n]`` (in a transaction)."""
+# A batch's states: ``pending`` (planned) → ``chunked`` (its rows are written and
+# keyword-searchable; some texts still wait for vectors) → ``written`` (every vector in)
+# or ``failed``. A batch whose texts all had vectors goes from pending to written.
+UNSETTLED_STATES = ("pending", "chunked")
+
+
+def add_batches(
+    conn: sqlite3.Connection,
+    job_id: str,
+    batches: Sequence[Sequence[str]],
+    *,
+    first: int = 0,
+    state: str = "pending",
+) -> None:
+    """Persist a job's plan: batch ``first + n`` holds the paths ``batches[n]`` (in a
+    transaction)."""
     conn.executemany(
-        "INSERT OR IGNORE INTO job_batches(job_id, batch_no, state, files) "
-        "VALUES (?, ?, 'pending', ?)",
-        [(job_id, n, json.dumps(list(paths))) for n, paths in enumerate(batches)],
+        "INSERT OR IGNORE INTO job_batches(job_id, batch_no, state, files) VALUES (?, ?, ?, ?)",
+        [(job_id, first + n, state, json.dumps(list(paths))) for n, paths in enumerate(batches)],
     )
 
 
-def pending_batches(conn: sqlite3.Connection, job_id: str) -> list[tuple[int, list[str]]]:
+def batches_in(conn: sqlite3.Connection, job_id: str, state: str) -> list[tuple[int, list[str]]]:
+    """(batch_no, paths) of the job's batches in ``state``, by number."""
     rows = conn.execute(
-        "SELECT batch_no, files FROM job_batches WHERE job_id = ? AND state = 'pending' "
-        "ORDER BY batch_no",
-        (job_id,),
+        "SELECT batch_no, files FROM job_batches WHERE job_id = ? AND state = ? ORDER BY batch_no",
+        (job_id, state),
     ).fetchall()
     return [(int(row["batch_no"]), json.loads(row["files"])) for row in rows]
 
 
-def mark_batch(conn: sqlite3.Connection, job_id: str, batch_no: int, state: str) -> bool:
-    """Settle a pending batch once; False if it was already settled (a redelivery)."""
+def pending_batches(conn: sqlite3.Connection, job_id: str) -> list[tuple[int, list[str]]]:
+    return batches_in(conn, job_id, "pending")
+
+
+def unsettled_count(conn: sqlite3.Connection, job_id: str) -> int:
+    """Batches of the job that still wait for rows or vectors."""
+    row = conn.execute(
+        "SELECT COUNT(*) FROM job_batches WHERE job_id = ? AND state IN (?, ?)",
+        (job_id, *UNSETTLED_STATES),
+    ).fetchone()
+    return int(row[0])
+
+
+def mark_batch(
+    conn: sqlite3.Connection,
+    job_id: str,
+    batch_no: int,
+    state: str,
+    *,
+    from_states: Sequence[str] = UNSETTLED_STATES,
+) -> bool:
+    """Move a batch to ``state`` from one of ``from_states``, once; False if it was not in
+    one of them (a redelivery)."""
+    marks = ",".join("?" * len(from_states))
     cursor = conn.execute(
-        "UPDATE job_batches SET state = ? WHERE job_id = ? AND batch_no = ? AND state = 'pending'",
-        (state, job_id, batch_no),
+        f"UPDATE job_batches SET state = ? WHERE job_id = ? AND batch_no = ? "
+        f"AND state IN ({marks})",
+        (state, job_id, batch_no, *from_states),
     )
     return cursor.rowcount == 1
 
 
-def batch_settled(conn: sqlite3.Connection, job_id: str, batch_no: int) -> bool:
+def batch_state(conn: sqlite3.Connection, job_id: str, batch_no: int) -> str | None:
     row = conn.execute(
         "SELECT state FROM job_batches WHERE job_id = ? AND batch_no = ?", (job_id, batch_no)
     ).fetchone()
-    return row is None or row["state"] != "pending"
+    return str(row["state"]) if row is not None else None
 
 
 def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:

@@ -45,7 +45,11 @@ class IndexFiles:
 
     def owns(self, path: str | Path) -> bool:
         """True if ``path`` is one of the index's own files or inside its directories."""
-        real = os.path.realpath(path)
+        return self.owns_real(os.path.realpath(path))
+
+    def owns_real(self, real: str) -> bool:
+        """:meth:`owns` for a path already resolved with ``os.path.realpath`` (a scan
+        resolves each directory once, not each of its files)."""
         if real in self.files:
             return True
         return any(real == d or real.startswith(d + os.sep) for d in self.dirs)

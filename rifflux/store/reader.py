@@ -13,6 +13,7 @@ SQLite 3.40), so long lists are split into chunks of at most ``IN_CHUNK`` values
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -23,6 +24,9 @@ from rifflux.store.connection import INDEX_UID_KEY
 # (999 before 3.32), large enough that a 24k-row read is ~50 statements.
 IN_CHUNK = 500
 
+
+# index_metadata key: JSON list of the stored-path prefixes that jobs have indexed.
+INDEXED_ROOTS_KEY = "indexed_roots"
 
 # A chunk as searches return it, joined with its file's path.
 _CHUNK_COLUMNS = (
@@ -67,6 +71,10 @@ _VECTOR_ROWS = (
     "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM chunks c "
     "JOIN files f ON f.id = c.file_id JOIN embeddings e ON e.chunk_id = c.chunk_id "
 )
+
+
+def _icontains(content: str | None, needle: str) -> bool:
+    return content is not None and needle in content.casefold()
 
 
 class IndexReader:
@@ -114,33 +122,57 @@ class IndexReader:
 
     # -- vectors -------------------------------------------------------------------
 
-    def known_vector_hashes(self, paths: Iterable[str], model: str) -> set[str]:
-        """Embed hashes of the stored chunks of ``paths`` that have a ``model`` vector."""
+    def reusable_vectors(self, hashes: Sequence[str], model: str) -> dict[str, tuple[int, bytes]]:
+        """A stored ``model`` vector (dim, raw float32 bytes) for each of ``hashes`` that has
+        one."""
+        found: dict[str, tuple[int, bytes]] = {}
         rows = select_in(
             self.conn,
-            "SELECT DISTINCT c.embed_sha256 FROM files f "
-            "JOIN chunks c ON c.file_id = f.id "
+            "SELECT c.embed_sha256, e.dim, e.vec FROM chunks c "
             "JOIN embeddings e ON e.chunk_id = c.chunk_id "
-            "WHERE e.model = ? AND f.path IN ({marks})",
-            paths,
+            "WHERE e.model = ? AND c.embed_sha256 IN ({marks})",
+            hashes,
             params=(model,),
         )
-        return {row[0] for row in rows}
+        for key, dim, vec in rows:
+            found.setdefault(key, (int(dim), vec))
+        return found
 
-    def vectors_by_hash(self, hashes: Sequence[str], model: str, dim: int) -> dict[str, bytes]:
-        """A stored ``model`` vector (raw float32 bytes) for each of ``hashes`` that has one."""
-        found: dict[str, bytes] = {}
+    def chunks_without_vectors(self, paths: Iterable[str]) -> list[sqlite3.Row]:
+        """(embed hash, heading_path, content) of the chunks of ``paths`` with no vector,
+        one row per distinct hash, in (path, chunk_index) order."""
         rows = select_in(
             self.conn,
-            "SELECT c.embed_sha256, e.vec FROM chunks c "
-            "JOIN embeddings e ON e.chunk_id = c.chunk_id "
-            "WHERE e.model = ? AND e.dim = ? AND c.embed_sha256 IN ({marks})",
-            hashes,
-            params=(model, dim),
+            "SELECT c.embed_sha256, c.heading_path, c.content FROM files f "
+            "JOIN chunks c ON c.file_id = f.id WHERE f.path IN ({marks}) "
+            "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id) "
+            "ORDER BY f.path, c.chunk_index",
+            paths,
         )
-        for key, vec in rows:
-            found.setdefault(key, vec)
-        return found
+        seen: set[str] = set()
+        out = []
+        for row in rows:
+            if row[0] not in seen:
+                seen.add(row[0])
+                out.append(row)
+        return out
+
+    def paths_without_vectors(self) -> list[str]:
+        """Stored files with at least one chunk that has no vector (a job that failed in
+        its vector phase left them keyword-searchable only), sorted.
+
+        Every vector belongs to one chunk (cascading deletes), so equal row counts prove
+        there are none without reading a chunk.
+        """
+        counts = self.row_counts()
+        if counts["chunks"] == counts["embeddings"]:
+            return []
+        rows = self.conn.execute(
+            "SELECT f.path FROM files f WHERE EXISTS (SELECT 1 FROM chunks c "
+            "WHERE c.file_id = f.id AND NOT EXISTS "
+            "(SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id)) ORDER BY f.path"
+        )
+        return [row[0] for row in rows]
 
     def vector_rows(self, model: str, dim: int) -> list[sqlite3.Row]:
         """(rowid, path, chunk_index, embed hash) of every chunk with a ``model`` vector,
@@ -212,9 +244,77 @@ class IndexReader:
             _CHUNK_COLUMNS + "WHERE c.file_id = ? ORDER BY c.chunk_index", (file_id,)
         ).fetchall()
 
+    # -- what search filters read ----------------------------------------------------
+
+    def file_rows(self) -> sqlite3.Cursor:
+        """(id, path, mtime_ns) of every stored file."""
+        return self.conn.execute("SELECT id, path, mtime_ns FROM files")
+
+    def chunk_rowids(self, file_ids: Iterable[int] | None, contains: str | None) -> list[int]:
+        """Rowids of the chunks of ``file_ids`` (None: of every file) whose content has
+        ``contains`` (already casefolded; None: any content) as a casefolded substring."""
+        where = ""
+        if contains is not None:
+            self.conn.create_function("rifflux_icontains", 2, _icontains, deterministic=True)
+            where = "rifflux_icontains(content, ?)"
+        params: tuple[str, ...] = (contains,) if contains is not None else ()
+        if file_ids is None:
+            sql = "SELECT id FROM chunks" + (f" WHERE {where}" if where else "")
+            return [int(row[0]) for row in self.conn.execute(sql, params)]
+        sql = "SELECT id FROM chunks WHERE " + (f"{where} AND " if where else "")
+        rows = select_in(self.conn, sql + "file_id IN ({marks})", file_ids, params=params)
+        return [int(row[0]) for row in rows]
+
+    def file_mtimes(self, paths: Iterable[str]) -> dict[str, int]:
+        """``{path: mtime_ns}`` of those stored ``paths``."""
+        rows = select_in(
+            self.conn, "SELECT path, mtime_ns FROM files WHERE path IN ({marks})", paths
+        )
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    def chunks_of_file_between(self, file_id: int, first: int, last: int) -> list[sqlite3.Row]:
+        """A file's chunks with ``first <= chunk_index <= last``, in order."""
+        return self.conn.execute(
+            _CHUNK_COLUMNS + "WHERE c.file_id = ? AND c.chunk_index BETWEEN ? AND ? "
+            "ORDER BY c.chunk_index",
+            (file_id, first, last),
+        ).fetchall()
+
+    def file_id_of_chunk(self, chunk_id: str) -> int | None:
+        row = self.conn.execute(
+            "SELECT file_id FROM chunks WHERE chunk_id = ?", (chunk_id,)
+        ).fetchone()
+        return int(row[0]) if row is not None else None
+
     def row_counts(self) -> dict[str, int]:
         """Rows in ``files``, ``chunks`` and ``embeddings``."""
         return {
             table: int(self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
             for table in ("files", "chunks", "embeddings")
         }
+
+    def indexed_roots(self) -> list[str]:
+        return list(json.loads(self.metadata(INDEXED_ROOTS_KEY) or "[]"))
+
+    def counts_by_root(self) -> list[dict[str, Any]]:
+        """Files, chunks and embedded chunks under each indexed root (a stored-path
+        prefix; ``.`` is the base directory itself)."""
+        out = []
+        for root in self.indexed_roots():
+            prefix = root.rstrip("/")
+            where, params = (
+                ("", ())
+                if prefix in ("", ".")
+                else (
+                    "WHERE f.path = ? OR substr(f.path, 1, ?) = ?",
+                    (prefix, len(prefix) + 1, prefix + "/"),
+                )
+            )
+            row = self.conn.execute(
+                "SELECT COUNT(DISTINCT f.id), COUNT(c.id), COUNT(e.chunk_id) FROM files f "
+                "LEFT JOIN chunks c ON c.file_id = f.id "
+                f"LEFT JOIN embeddings e ON e.chunk_id = c.chunk_id {where}",
+                params,
+            ).fetchone()
+            out.append({"root": root, "files": row[0], "chunks": row[1], "embeddings": row[2]})
+        return out

@@ -7,6 +7,11 @@ insert, update and delete on ``chunks`` (including deletes cascaded from ``files
 Columns added within a schema version are listed in ``ADDED_COLUMNS``: opening an older
 index adds them (``ALTER TABLE ... ADD COLUMN``, idempotent) instead of asking for a
 rebuild; ``BACKFILL_SQL`` then fills them from what older versions stored.
+
+Tables added within a schema version are listed in ``ADDED_TABLES``: a writer opening an
+older index creates them (their statements are ``IF NOT EXISTS``) and fills them
+(``chunks_cjk``: rifflux.store.cjk.backfill); a reader of an older index works without
+them.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE ON chunks BEGIN
     VALUES (new.id, new.heading_path, new.content);
 END;
 
+{{CJK_SQL}}
 CREATE TABLE IF NOT EXISTS embeddings (
     chunk_id TEXT PRIMARY KEY REFERENCES chunks(chunk_id) ON DELETE CASCADE,
     model    TEXT NOT NULL,
@@ -97,6 +103,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     planned         INTEGER NOT NULL DEFAULT 0,
     skipped         TEXT NOT NULL DEFAULT '[]',
     prune_paths     TEXT NOT NULL DEFAULT '[]',
+    -- Progress per phase (lexical: rows written; embedding: texts to embed).
+    files_planned   INTEGER NOT NULL DEFAULT 0,
+    files_written   INTEGER NOT NULL DEFAULT 0,
+    chunks_written  INTEGER NOT NULL DEFAULT 0,
+    batches_written INTEGER NOT NULL DEFAULT 0,
+    chunks_to_embed INTEGER NOT NULL DEFAULT 0,
     created_at      REAL NOT NULL,
     started_at      REAL,
     finished_at     REAL,
@@ -105,8 +117,9 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_created_at ON jobs(created_at);
 
 -- The persisted plan of a job: one row per batch with its files. A batch moves from
--- 'pending' to 'written' or 'failed' exactly once, so redelivered messages are no-ops
--- and a redelivered plan re-sends only what is still pending.
+-- 'pending' to 'chunked' (rows written) to 'written' (vectors in), or to 'failed', each
+-- step exactly once, so redelivered messages are no-ops and a redelivered plan re-sends
+-- only what is still pending.
 CREATE TABLE IF NOT EXISTS job_batches (
     job_id   TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
     batch_no INTEGER NOT NULL,
@@ -116,12 +129,44 @@ CREATE TABLE IF NOT EXISTS job_batches (
 );
 """
 
+# Chunks with Chinese, Japanese or Korean text, their CJK runs as bigrams (rifflux.store.cjk).
+# Written by IndexWriter with the chunk; the triggers keep it from outliving the chunk or
+# its text. Rows are only ever inserted by the writer, which deletes and re-inserts a
+# file's chunks, so an in-place update (none in Rifflux) simply drops the row.
+CJK_SQL = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_cjk USING fts5(
+    heading_path,
+    content,
+    tokenize='{FTS_TOKENIZER}'
+);
+
+CREATE TRIGGER IF NOT EXISTS chunks_cjk_delete AFTER DELETE ON chunks BEGIN
+    DELETE FROM chunks_cjk WHERE rowid = old.id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS chunks_cjk_update AFTER UPDATE OF heading_path, content ON chunks
+BEGIN
+    DELETE FROM chunks_cjk WHERE rowid = old.id;
+END;
+"""
+
+SCHEMA_SQL = SCHEMA_SQL.replace("{CJK_SQL}", CJK_SQL)
+
+# Tables added since schema version 1 was first released: created, with their triggers,
+# when a writer opens an index that lacks them (see module docstring).
+ADDED_TABLES: dict[str, str] = {"chunks_cjk": CJK_SQL}
+
 # table -> (column, declaration) added since the table was first created, in order.
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "jobs": (
         ("planned", "INTEGER NOT NULL DEFAULT 0"),
         ("skipped", "TEXT NOT NULL DEFAULT '[]'"),
         ("prune_paths", "TEXT NOT NULL DEFAULT '[]'"),
+        ("files_planned", "INTEGER NOT NULL DEFAULT 0"),
+        ("files_written", "INTEGER NOT NULL DEFAULT 0"),
+        ("chunks_written", "INTEGER NOT NULL DEFAULT 0"),
+        ("batches_written", "INTEGER NOT NULL DEFAULT 0"),
+        ("chunks_to_embed", "INTEGER NOT NULL DEFAULT 0"),
     ),
 }
 

@@ -1,4 +1,8 @@
-"""Write-in-one-place stage: apply prepared batches to the index, one transaction each.
+"""Write-in-one-place stage: the rows of chunked files, then their vectors.
+
+A batch lands in two phases, each in its own transaction: ``write_rows`` (files, chunks and
+so their FTS rows, plus vectors reused by text hash) makes it keyword-searchable at once;
+``write_vectors`` attaches new vectors later, by text hash, to chunks that still lack one.
 
 Every write bumps the index generation in the same transaction, so readers can tell
 cheaply whether anything changed. Each method runs in :func:`~rifflux.store.connection.
@@ -8,29 +12,26 @@ not at all; inside a caller's transaction it nests and lands with it.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from rifflux.store import cjk
 from rifflux.store.connection import transaction
-from rifflux.store.reader import IndexReader
-from rifflux.store.rows import PreparedBatch
-
-InTransaction = Callable[[sqlite3.Connection], None]
+from rifflux.store.reader import INDEXED_ROOTS_KEY, IndexReader
+from rifflux.store.rows import PreparedFile
 
 
 @dataclass(slots=True)
-class WriteStats:
+class RowsStats:
     files_written: int = 0
     chunks_written: int = 0
-    vectors_new: int = 0
     vectors_reused: int = 0
-    # Files whose vectors could not all be found; they are marked stale for the next run.
-    stale_paths: list[str] = field(default_factory=list)
 
 
 def _vector_bytes(vec: np.ndarray) -> bytes:
@@ -68,24 +69,92 @@ class IndexWriter(IndexReader):
             self.set_metadata(key, value)
             return value
 
-    def apply_batch(
-        self,
-        batch: PreparedBatch,
-        *,
-        also: InTransaction | None = None,
-        on_retry: Callable[[int, BaseException], None] | None = None,
-    ) -> WriteStats:
-        """Replace the chunks and vectors of every file in ``batch``, atomically.
+    def write_rows(self, files: Sequence[PreparedFile], model: str) -> RowsStats:
+        """Replace the chunks (and so the FTS rows) of every file in ``files``.
 
-        ``also`` runs inside the same transaction (job bookkeeping, idempotency marks);
-        ``on_retry`` hears about every busy retry.
+        The lexical phase: call inside a transaction. A chunk whose embedded text already
+        has a ``model`` vector anywhere in the index gets a copy of it here; every other
+        chunk is left without a vector (deleting the old chunk took its old vector), so
+        no chunk ever carries a vector of other text. The vector phase fills them in.
         """
-        with self.transaction(on_retry=on_retry):
-            stats = self._apply_batch_rows(batch)
-            self.bump_generation()
-            if also is not None:
-                also(self.conn)
+        conn = self.conn
+        stats = RowsStats()
+        hashes = sorted({chunk.embed_sha256 for f in files for chunk in f.chunks})
+        # Read reusable vectors before the old chunks (and their vectors) are deleted.
+        reusable = self.reusable_vectors(hashes, model) if hashes else {}
+        now = time.time()
+        for prepared in files:
+            file_id = conn.execute(
+                "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+                "mtime_ns = excluded.mtime_ns, size_bytes = excluded.size_bytes, "
+                "sha256 = excluded.sha256, indexed_at = excluded.indexed_at RETURNING id",
+                (prepared.rel_path, prepared.mtime_ns, prepared.size_bytes, prepared.sha256, now),
+            ).fetchone()[0]
+            conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+            conn.executemany(
+                "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content, "
+                "embed_sha256) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (c.chunk_id, file_id, c.chunk_index, c.heading_path, c.content, c.embed_sha256)
+                    for c in prepared.chunks
+                ],
+            )
+            # Most files have no CJK text: one regex scan per chunk, and no read back.
+            if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in prepared.chunks):
+                cjk.write_side_rows(conn, file_id)
+            reused = [
+                (c.chunk_id, model, *reusable[c.embed_sha256])
+                for c in prepared.chunks
+                if c.embed_sha256 in reusable
+            ]
+            if reused:
+                conn.executemany(
+                    "INSERT INTO embeddings(chunk_id, model, dim, vec) VALUES (?, ?, ?, ?)", reused
+                )
+            stats.vectors_reused += len(reused)
+            stats.files_written += 1
+            stats.chunks_written += len(prepared.chunks)
+        if reusable:
+            self._record_model(model, next(iter(reusable.values()))[0])
+        self.bump_generation()
         return stats
+
+    def write_vectors(self, model: str, dim: int, vectors: Mapping[str, np.ndarray]) -> int:
+        """Attach each vector to the chunks whose embedded text has its hash and that have
+        no vector yet; the number of chunks that got one. Call inside a transaction.
+
+        Keyed by the text's sha256, a vector can only land on a chunk of exactly the text
+        it was computed from: a chunk rewritten since (another job) no longer matches and
+        keeps waiting for its own vector.
+        """
+        if not vectors:
+            return 0
+        cursor = self.conn.executemany(
+            "INSERT INTO embeddings(chunk_id, model, dim, vec) "
+            "SELECT c.chunk_id, ?, ?, ? FROM chunks c WHERE c.embed_sha256 = ? "
+            "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id)",
+            [(model, dim, _vector_bytes(vec), key) for key, vec in vectors.items()],
+        )
+        added = max(cursor.rowcount, 0)
+        if added:
+            self._record_model(model, dim)
+            self.bump_generation()
+        return added
+
+    def add_indexed_roots(self, roots: Sequence[str]) -> None:
+        """Remember the stored-path prefixes jobs have indexed (``index_status`` counts
+        files, chunks and vectors per root)."""
+        known = json.loads(self.metadata(INDEXED_ROOTS_KEY) or "[]")
+        merged = sorted(set(known) | set(roots))
+        if merged != known:
+            self.set_metadata(INDEXED_ROOTS_KEY, json.dumps(merged))
+
+    def _record_model(self, model: str, dim: int) -> None:
+        if self.metadata("embedding_model") != model:
+            self.set_metadata("embedding_model", model)
+        if self.metadata("embedding_dim") != str(dim):
+            self.set_metadata("embedding_dim", str(dim))
 
     def update_file_stats(self, updates: Sequence[tuple[int, int, str]]) -> int:
         """Refresh (mtime_ns, size_bytes) of files, by path, whose content did not change."""
@@ -106,68 +175,3 @@ class IndexWriter(IndexReader):
             if deleted:
                 self.bump_generation()
         return deleted
-
-    def _apply_batch_rows(self, batch: PreparedBatch) -> WriteStats:
-        conn = self.conn
-        stats = WriteStats()
-        needed = sorted(
-            {
-                chunk.embed_sha256
-                for prepared in batch.files
-                for chunk in prepared.chunks
-                if chunk.embed_sha256 not in batch.vectors
-            }
-        )
-        # Read reusable vectors before the old chunks (and their vectors) are deleted.
-        reusable = self.vectors_by_hash(needed, batch.model, batch.dim) if needed else {}
-        now = time.time()
-        for prepared in batch.files:
-            conn.execute(
-                "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-                "mtime_ns = excluded.mtime_ns, size_bytes = excluded.size_bytes, "
-                "sha256 = excluded.sha256, indexed_at = excluded.indexed_at",
-                (prepared.rel_path, prepared.mtime_ns, prepared.size_bytes, prepared.sha256, now),
-            )
-            file_id = conn.execute(
-                "SELECT id FROM files WHERE path = ?", (prepared.rel_path,)
-            ).fetchone()[0]
-            conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
-            missing = False
-            for chunk in prepared.chunks:
-                conn.execute(
-                    "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content, "
-                    "embed_sha256) VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        chunk.chunk_id,
-                        file_id,
-                        chunk.chunk_index,
-                        chunk.heading_path,
-                        chunk.content,
-                        chunk.embed_sha256,
-                    ),
-                )
-                fresh = batch.vectors.get(chunk.embed_sha256)
-                if fresh is not None:
-                    blob = _vector_bytes(fresh)
-                    stats.vectors_new += 1
-                elif chunk.embed_sha256 in reusable:
-                    blob = reusable[chunk.embed_sha256]
-                    stats.vectors_reused += 1
-                else:
-                    missing = True
-                    continue
-                conn.execute(
-                    "INSERT INTO embeddings(chunk_id, model, dim, vec) VALUES (?, ?, ?, ?)",
-                    (chunk.chunk_id, batch.model, batch.dim, blob),
-                )
-            if missing:
-                # Forget the stored hash so the next run re-chunks and re-embeds this file.
-                conn.execute("UPDATE files SET sha256 = '', mtime_ns = -1 WHERE id = ?", (file_id,))
-                stats.stale_paths.append(prepared.rel_path)
-            stats.files_written += 1
-            stats.chunks_written += len(prepared.chunks)
-        if batch.files:
-            self.set_metadata("embedding_model", batch.model)
-            self.set_metadata("embedding_dim", str(batch.dim))
-        return stats

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from rifflux_testing import copy_corpus
 
+from rifflux.config import Settings
+from rifflux.index.indexer import Indexer
+
 
 def rifflux(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
@@ -32,6 +35,13 @@ def test_index_starts_a_local_pool_waits_and_leaves_nothing_running(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
     assert record["state"] == "completed" and record["files_done"] == 25
+    assert record["phase"] == "done" and record["phases"]["lexical"]["files_done"] == 25
+    # Without a terminal, one line per phase change on stderr, in phase order; stdout
+    # holds only the JSON.
+    lines = [line for line in done.stderr.splitlines() if line.startswith("rifflux: ")]
+    order = ["queued", "scanning", "chunking and writing", "embedding", "finalizing", "done"]
+    seen = [next(i for i, name in enumerate(order) if line[9:].startswith(name)) for line in lines]
+    assert seen == sorted(set(seen)) and seen[-1] == len(order) - 1, done.stderr
     pool_log = (tmp_path / ".rifflux" / "workers.log").read_text()
     assert "worker.booted" in pool_log and "worker.stopped" in pool_log
 
@@ -46,6 +56,16 @@ def test_index_starts_a_local_pool_waits_and_leaves_nothing_running(tmp_path: Pa
 
     status = json.loads(rifflux(tmp_path, "status", "--json").stdout)
     assert status["files"] == 25 and status["recent_jobs"][0]["state"] == "completed"
+    assert status["embedding_coverage"] == 1.0
+    assert status["roots"] == [
+        {
+            "root": "docs",
+            "files": 25,
+            "chunks": status["chunks"],
+            "embeddings": status["chunks"],
+            "embedding_coverage": 1.0,
+        }
+    ]
     assert status["live_workers"] == {"count": 0, "workers": []}
 
 
@@ -65,6 +85,8 @@ def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) ->
         (("get-chunk", "nope"), "no index at"),
         (("get-file", "../etc/passwd"), "no index at"),
         (("search", "x", "--top-k", "0"), "top_k must be an integer between 1 and 100 (got 0)"),
+        (("search", "x", "--group-by", "page"), "group_by must be one of chunk, file (got 'page')"),
+        (("search", "x", "--modified-after", "soon"), "modified_after must be an ISO 8601 date"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(tmp_path: Path, args: tuple, message: str) -> None:
@@ -113,6 +135,27 @@ def test_search_flags_are_the_request_fields_with_their_defaults() -> None:
     for name, default, _spec in request_fields():
         if default is not REQUIRED:
             assert getattr(defaults, name) == default
+
+
+def test_search_options_are_flags_with_dashes_and_repeatable_lists(tmp_path: Path) -> None:
+    copy_corpus(tmp_path / "docs", limit=6)
+    settings = Settings(
+        db_path=tmp_path / ".rifflux" / "index.db", base_dir=tmp_path, embedding_backend="hash"
+    )
+    Indexer(settings).run([tmp_path / "docs"])
+    args = ["search", "review code", "--fusion", "minmax", "--alpha", "0.25"]
+    args += ["--group-by", "file", "--candidate-k", "30", "--min-cosine", "-0.5"]
+    args += ["--path-glob", "docs/a*", "--path-glob", "docs/**/b*", "--file-types", "md"]
+    args += ["--content-contains", "the", "--modified-after", "2000-01-01", "--json"]
+    result = rifflux(tmp_path, *args)
+    assert result.returncode == 0, result.stderr
+    response = json.loads(result.stdout)
+    paths = [r["path"] for r in response["results"]]
+    assert paths and len(set(paths)) == len(paths)
+    assert all(p.startswith(("docs/a", "docs/b")) for p in paths)
+    for r in response["results"]:
+        b = r["score_breakdown"]
+        assert b["minmax"] == pytest.approx(0.75 * b["lexical_norm"] + 0.25 * b["semantic_norm"])
 
 
 def test_status_json_is_the_core_status_object_and_the_text_renders_it(

@@ -139,6 +139,32 @@ async def test_session_with_the_bearer_token_works(token_server: HttpServer) -> 
         assert bad.content[0].text == "top_k must be an integer between 1 and 100 (got 0)"
 
 
+async def test_search_options_of_issue_12_over_http(open_server: HttpServer) -> None:
+    async with http_session(open_server.url) as session:
+        result = await session.call_tool(
+            "search_rifflux",
+            {
+                "query": "sun water",
+                "path_glob": ["docs/*.md", "notes/*.txt"],
+                "content_contains": "TOMATOES",
+                "fusion": "minmax",
+                "alpha": 0.6,
+                "group_by": "file",
+                "modified_before": 4102444800,
+            },
+        )
+        assert not result.is_error, result.content
+        response = result.structured_content
+        assert response is not None
+        assert [r["path"] for r in response["results"]] == ["notes/gardening.txt"]
+        assert "minmax" in response["results"][0]["score_breakdown"]
+        bad = await session.call_tool(
+            "search_rifflux", {"query": "sun", "lexical_weight": 0, "semantic_weight": 0}
+        )
+        assert bad.is_error
+        assert bad.content[0].text.startswith("lexical_weight and semantic_weight must not")
+
+
 async def test_without_a_token_no_authorization_is_needed(open_server: HttpServer) -> None:
     async with http_session(open_server.url) as session:
         status = (await session.call_tool("index_status", {})).structured_content

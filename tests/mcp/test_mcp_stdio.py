@@ -185,7 +185,8 @@ async def test_index_status_reports_the_index(
     session: ClientSession, shared_tree: IndexedTree
 ) -> None:
     status = await ok(session, "index_status")
-    assert (status["files"], status["generation"]) == (3, 1)
+    # One in-process index run of one batch: its rows, then its vectors (lexical first).
+    assert (status["files"], status["generation"]) == (3, 2)
     assert status["chunks"] == status["embeddings"] > 0
     assert status["db_path"] == str(shared_tree.db_path)
     assert (status["embedding_backend"], status["embedding_model"]) == ("hash", "hash:384")
@@ -206,3 +207,49 @@ async def test_logs_go_to_stderr_as_json_and_stdout_carries_only_protocol(
         json.loads(line) for line in read_stderr(server_stderr).splitlines() if line.startswith("{")
     ]
     assert {"mcp.server_starting", "mcp.tool_error"} <= {e["event"] for e in events}
+
+
+async def test_search_options_of_issue_12_over_stdio(session: ClientSession) -> None:
+    # Filters before ranking: only the text file is admitted, whatever ranks first.
+    only_txt = await ok(
+        session,
+        "search_rifflux",
+        query="index windows",
+        mode="semantic",
+        file_types=["txt"],
+        path_glob="notes/**",
+        modified_after="2000-01-01T00:00:00Z",
+    )
+    assert {r["path"] for r in only_txt["results"]} == {"notes/gardening.txt"}
+    # minmax with its breakdown, one result per file, a quoted phrase first.
+    response = await ok(
+        session,
+        "search_rifflux",
+        query='"reciprocal rank fusion" index',
+        fusion="minmax",
+        alpha="0.4",
+        candidate_k=5,
+        group_by="file",
+        min_cosine=-1,
+    )
+    paths = [r["path"] for r in response["results"]]
+    assert paths[0] == "docs/search.md" and len(set(paths)) == len(paths)
+    assert set(response["results"][0]["score_breakdown"]) == {
+        "minmax",
+        "lexical_norm",
+        "semantic_norm",
+        "lexical_rank",
+        "semantic_rank",
+    }
+    weighted = await ok(
+        session, "search_rifflux", query="basil", lexical_weight=0.4, semantic_weight=0.6
+    )
+    assert weighted["count"] > 0
+    message = await error(session, "search_rifflux", query="basil", group_by="page")
+    assert message == "group_by must be one of chunk, file (got 'page')"
+    assert (await error(session, "search_rifflux", query="basil", alpha=2)).startswith(
+        "alpha must be a number from 0 to 1"
+    )
+    # null is "not given", as a client that sends every key does.
+    nulls = await ok(session, "search_rifflux", query="basil", content_contains=None, alpha=None)
+    assert nulls["results"] == (await ok(session, "search_rifflux", query="basil"))["results"]

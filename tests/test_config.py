@@ -1,0 +1,37 @@
+"""Settings from RIFFLUX_* variables: the chunk-size bounds and how they interact."""
+
+from __future__ import annotations
+
+import pytest
+
+from rifflux.config import Settings
+from rifflux.errors import ConfigError
+from rifflux.index.chunker import chunk_markdown
+
+
+def test_a_maximum_below_the_default_minimum_lowers_the_minimum_with_it() -> None:
+    settings = Settings.from_env({"RIFFLUX_MAX_CHUNK_CHARS": "300"})
+    assert (settings.max_chunk_chars, settings.min_chunk_chars) == (300, 300)
+    text = "# A\n\n" + "\n\n".join(f"## S{n}\n\n" + "word " * 40 for n in range(6))
+    chunks = chunk_markdown(
+        text, max_chars=settings.max_chunk_chars, min_chars=settings.min_chunk_chars
+    )
+    assert chunks and all(len(chunk.content) <= 300 for chunk in chunks)
+
+
+def test_an_explicit_minimum_above_the_maximum_is_refused_in_one_line() -> None:
+    env = {"RIFFLUX_MAX_CHUNK_CHARS": "300", "RIFFLUX_MIN_CHUNK_CHARS": "400"}
+    with pytest.raises(ConfigError, match=r"RIFFLUX_MIN_CHUNK_CHARS \(400\) must not exceed"):
+        Settings.from_env(env)
+
+
+def test_short_sections_pack_into_one_chunk_under_the_default_minimum() -> None:
+    settings = Settings()
+    steps = [f"## Step {n}\n\n" + f"Do thing {n} carefully. " * 10 for n in range(4)]
+    text = "# Guide\n\nIntro.\n\n" + "\n\n".join(steps)  # sections of ~250 characters
+    chunks = chunk_markdown(
+        text, max_chars=settings.max_chunk_chars, min_chars=settings.min_chunk_chars
+    )
+    assert [chunk.heading_path for chunk in chunks] == ["Guide"]
+    assert all(f"## Step {n}" in chunks[0].content for n in range(4))
+    assert len(chunk_markdown(text, max_chars=1200, min_chars=150)) == 4  # 150: one a step
