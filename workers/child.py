@@ -172,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         broker.add_middleware(EmbedPriority([workers[0]], args.embed_nice))
     for worker in workers:
         worker.start()
+    log.info("worker.consuming", pid=os.getpid(), queues=[list(q) for q, _ in split])
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)
