@@ -129,6 +129,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result = await session.call_tool("reindex", call)
             report["reindex_call_s"] = round(time.perf_counter() - t0, 3)
             assert not result.is_error, result.content
+            if args.timeline:
+                report["cpu_s"] = processes_cpu(db)
             if args.background:
                 await _follow(session, db, report, t0, args.stop_after_lexical)
             status = await session.call_tool("index_status", {})
@@ -148,6 +150,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             server_log.close()
         shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def processes_cpu(db: Path) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the server and the worker processes it
+    started, found by the index path in their environment (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    marker = f"RIFFLUX_DB_PATH={db}".encode()
+    out: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        role = next((a.decode() for a in argv if a in (b"rifflux.mcp", b"workers.pool")), "")
+        role = {"rifflux.mcp": "server", "workers.pool": "pool arbiter"}.get(role, "worker")
+        name = role if role != "worker" else f"worker {entry.name}"
+        out[name] = round((int(fields[11]) + int(fields[12])) / tick, 2)
+    out["total"] = round(sum(out.values()), 2)
+    return out
 
 
 def log_events(path: Path) -> list[dict[str, Any]]:
