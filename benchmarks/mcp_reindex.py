@@ -168,9 +168,10 @@ def processes_cpu(db: Path) -> dict[str, float]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        role = next((a.decode() for a in argv if a in (b"rifflux.mcp", b"workers.pool")), "")
-        role = {"rifflux.mcp": "server", "workers.pool": "pool arbiter"}.get(role, "worker")
-        name = role if role != "worker" else f"worker {entry.name}"
+        module = argv[argv.index(b"-m") + 1].decode() if b"-m" in argv else argv[0].decode()
+        roles = {"rifflux.mcp": "server", "rifflux.cli": "server", "workers.pool": "pool arbiter"}
+        role = roles.get(module, module)
+        name = f"{role} {entry.name}" if role == "workers.child" else role
         out[name] = round((int(fields[11]) + int(fields[12])) / tick, 2)
     out["total"] = round(sum(out.values()), 2)
     return out
