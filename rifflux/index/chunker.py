@@ -26,7 +26,9 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from markdown_it import MarkdownIt
-from markdown_it.token import Token
+
+from rifflux.index import blocks as block_scan
+from rifflux.index.blocks import CODE, HEADING, OTHER, TABLE, Opener
 
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})
 """Lower-cased file suffixes chunked as markdown; every other file is chunked as plain text."""
@@ -39,7 +41,11 @@ HEADING_SEPARATOR = " > "
 # paragraphs with a line map, rather than tokenless lines absorbed into the block before them.
 _MD = MarkdownIt("commonmark").enable("table").disable(["inline", "text_join", "reference"])
 
-_CODE_TOKENS = frozenset({"fence", "code_block"})
+FAST_BLOCK_SCAN = True
+"""Find block structure with ``blocks.scan`` (markdown-it's algorithm without its token
+stream, ~4x less CPU) rather than markdown-it; tests turn it off to compare the two."""
+
+_OPENER_KINDS = {"heading_open": HEADING, "fence": CODE, "code_block": CODE, "table_open": TABLE}
 _FRONT_MATTER = re.compile(r"\A(---|\+\+\+)[ \t]*\n(?P<body>(?:.*?\n)?)\1[ \t]*(?:\n|\Z)", re.S)
 _FRONT_MATTER_TITLE = re.compile(r"^title[ \t]*[:=][ \t]*(.*?)[ \t]*$", re.M)
 _NEWLINES = re.compile(r"\r\n?")
@@ -88,8 +94,8 @@ class _Block(NamedTuple):
 
     lo: int  # first line
     hi: int  # one past the last line
-    tok: int  # index of the opening token; -1 for front matter
-    tok_end: int  # index of the next top-level token
+    tok: int  # index of the opener; -1 for front matter
+    tok_end: int  # index of the next top-level opener
 
 
 class _Mark(NamedTuple):
@@ -139,15 +145,15 @@ def chunk_markdown(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
         parse_src = "\n" * newlines + src[front.end() :]
         body_line = newlines if front.group(0).endswith("\n") else newlines + 1
         title = _front_matter_title(front.group("body"))
-    tokens = _MD.parse(parse_src)
-    blocks = _top_level_blocks(tokens, body_line, lines.count)
-    sections = _sections(tokens, blocks, title)
+    openers = _openers(parse_src)
+    top_blocks = _top_level_blocks(openers, body_line, lines.count)
+    sections = _sections(openers, top_blocks, title)
     if body_line:
         sections[0][1].insert(0, _Block(0, body_line, -1, -1))
     drafts = [
         draft
         for path, section_blocks in sections
-        for draft in _section_drafts(lines, tokens, section_blocks, path, max_chars)
+        for draft in _section_drafts(lines, openers, section_blocks, path, max_chars)
     ]
     return _chunks(src, _merge_small(drafts, max_chars, min_chars))
 
@@ -213,38 +219,50 @@ def _front_matter_title(body: str) -> str:
     return match.group(1).strip("'\"").strip() if match else ""
 
 
-def _top_level_blocks(tokens: Sequence[Token], first_line: int, line_count: int) -> list[_Block]:
-    starts = [
-        (token.map[0], index)
+def _openers(src: str) -> list[Opener]:
+    """Every opening block token with a line map, but ``inline``, in stream order."""
+    if FAST_BLOCK_SCAN and block_scan.enabled():
+        try:
+            return block_scan.scan(src)
+        except block_scan.Unsure:
+            pass  # markdown-it below decides
+    tokens = _MD.parse(src)
+    return [
+        (token.map[0], token.level, kind, int(token.tag[1]), tokens[index + 1].content)
+        if (kind := _OPENER_KINDS.get(token.type, OTHER)) == HEADING
+        else (token.map[0], token.level, kind, 0, "")
         for index, token in enumerate(tokens)
-        if token.level == 0 and token.nesting != -1 and token.map
+        if token.nesting != -1 and token.map and token.type != "inline"
     ]
-    blocks = []
+
+
+def _top_level_blocks(openers: Sequence[Opener], first_line: int, line_count: int) -> list[_Block]:
+    starts = [(opener[0], index) for index, opener in enumerate(openers) if opener[1] == 0]
+    top_blocks = []
     for k, (line, index) in enumerate(starts):
-        hi, tok_end = starts[k + 1] if k + 1 < len(starts) else (line_count, len(tokens))
+        hi, tok_end = starts[k + 1] if k + 1 < len(starts) else (line_count, len(openers))
         # The first block also owns any leading lines, so no source line is left unowned.
-        blocks.append(_Block(first_line if k == 0 else line, hi, index, tok_end))
-    return blocks
+        top_blocks.append(_Block(first_line if k == 0 else line, hi, index, tok_end))
+    return top_blocks
 
 
 def _sections(
-    tokens: Sequence[Token], blocks: list[_Block], title: str
+    openers: Sequence[Opener], top_blocks: list[_Block], title: str
 ) -> list[tuple[str, list[_Block]]]:
     """Group blocks under their headings: the preamble first, then one section per heading."""
-    headings = [tokens[block.tok] for block in blocks if tokens[block.tok].type == "heading_open"]
+    headings = [openers[block.tok] for block in top_blocks if openers[block.tok][2] == HEADING]
     # A front matter title names the document only when no H1 does.
-    has_h1 = any(heading.tag == "h1" for heading in headings)
+    has_h1 = any(heading[3] == 1 for heading in headings)
     stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
     sections: list[tuple[str, list[_Block]]] = [(_breadcrumb(stack), [])]
-    for block in blocks:
-        token = tokens[block.tok]
-        if token.type != "heading_open":
+    for block in top_blocks:
+        _, _, kind, level, text = openers[block.tok]
+        if kind != HEADING:
             sections[-1][1].append(block)
             continue
-        level = int(token.tag[1])
         while stack and stack[-1][0] >= level:
             stack.pop()
-        stack.append((level, " ".join(tokens[block.tok + 1].content.split())))
+        stack.append((level, " ".join(text.split())))
         sections.append((_breadcrumb(stack), [block]))
     return sections
 
@@ -254,7 +272,7 @@ def _breadcrumb(stack: list[tuple[int, str]]) -> str:
 
 
 def _section_drafts(
-    lines: _Lines, tokens: Sequence[Token], blocks: list[_Block], path: str, max_chars: int
+    lines: _Lines, openers: Sequence[Opener], blocks: list[_Block], path: str, max_chars: int
 ) -> list[_Draft]:
     if not blocks:
         return []
@@ -268,7 +286,7 @@ def _section_drafts(
         span = lines.span(block.lo, block.hi)
         if span is None:
             continue
-        is_heading = block.tok >= 0 and tokens[block.tok].type == "heading_open"
+        is_heading = block.tok >= 0 and openers[block.tok][2] == HEADING
         if not atoms and is_heading and span[1] - span[0] <= max_chars // 2:
             atoms.append(_Atom(*span, sticky=True))
             continue
@@ -281,12 +299,12 @@ def _section_drafts(
                 limit -= lead_in
             else:
                 atoms[0] = atoms[0]._replace(sticky=False)
-        atoms += _block_atoms(lines, tokens, block, span, limit)
+        atoms += _block_atoms(lines, openers, block, span, limit)
     return _pack(atoms, max_chars, path)
 
 
 def _block_atoms(
-    lines: _Lines, tokens: Sequence[Token], block: _Block, span: tuple[int, int], limit: int
+    lines: _Lines, openers: Sequence[Opener], block: _Block, span: tuple[int, int], limit: int
 ) -> list[_Atom]:
     start, end = span
     if end - start <= limit:
@@ -294,15 +312,14 @@ def _block_atoms(
     if block.tok < 0:  # front matter: split between its lines
         marks = [_Mark(line, 1, False) for line in range(block.lo, block.hi)]
         return _split_lines(lines, block.lo, block.hi, marks, 1, limit)
-    token = tokens[block.tok]
-    if token.type in _CODE_TOKENS:
+    line, _, kind, _, _ = openers[block.tok]
+    if kind == CODE:
         return [_Atom(start, end, atomic=True)]
-    if token.type == "table_open" and token.map:
-        return _table_atoms(lines, block, token.map[0], limit)
+    if kind == TABLE:
+        return _table_atoms(lines, block, line, limit)
     marks = [
-        _Mark(inner.map[0], inner.level, inner.type in _CODE_TOKENS)
-        for inner in tokens[block.tok + 1 : block.tok_end]
-        if inner.nesting != -1 and inner.map and inner.type != "inline"
+        _Mark(inner[0], inner[1], inner[2] == CODE)
+        for inner in openers[block.tok + 1 : block.tok_end]
     ]
     return _split_lines(lines, block.lo, block.hi, marks, 1, limit)
 
