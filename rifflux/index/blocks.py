@@ -112,9 +112,9 @@ class _Parser:
             parts.pop()
         # Built with map() over C functions: a Python loop per line cost ~10 % of the scan.
         lengths = list(map(len, parts))
-        bmarks = list(map(add, accumulate(lengths, initial=0), count()))
-        emarks = list(map(add, bmarks, lengths))
-        tshift = list(map(sub, lengths, map(len, map(_lstrip_spaces, parts))))
+        bmarks: list[int] = list(map(add, accumulate(lengths, initial=0), count()))
+        emarks: list[int] = list(map(add, bmarks, lengths))
+        tshift: list[int] = list(map(sub, lengths, map(len, map(_lstrip_spaces, parts))))
         scount = tshift.copy()
         if "\t" in src:
             for i, (part, indent) in enumerate(zip(parts, tshift, strict=True)):
@@ -182,24 +182,16 @@ class _Parser:
                 raise Unsure("nesting deeper than markdown-it's maxNesting")
             pos, limit = b[line] + ts[line], e[line]
             char = src[pos]
-            if src.find("|", pos, limit) >= 0 and self.table(line, end, silent=False):
-                pass
-            elif sc[line] - self.blk >= 4:
-                self.code(line, end)
-            elif char in "`~" and self.fence(line, end, silent=False):
-                pass
-            elif char == ">" and self.blockquote(line, end):
-                pass
-            elif char in "*-_" and _HR.fullmatch(src, pos, limit):
-                self.line = line + 1
-                self.out.append((line, self.level, OTHER, 0, ""))
-            elif (char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=False):
-                pass
-            elif char == "<" and self.html_block(line, end, silent=False):
-                pass
-            elif char == "#" and self.heading(line, silent=False):
-                pass
-            else:
+            if not (
+                (src.find("|", pos, limit) >= 0 and self.table(line, end, silent=False))
+                or (sc[line] - self.blk >= 4 and self.code(line, end))
+                or (char in "`~" and self.fence(line, end, silent=False))
+                or (char == ">" and self.blockquote(line, end))
+                or (char in "*-_" and self.thematic_break(line, pos, limit))
+                or ((char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=False))
+                or (char == "<" and self.html_block(line, end, silent=False))
+                or (char == "#" and self.heading(line, silent=False))
+            ):
                 self.paragraph(line, end)
             line = self.line
             if line < end and b[line] + ts[line] >= e[line]:
@@ -313,7 +305,7 @@ class _Parser:
         self.line = line
         return True
 
-    def code(self, start: int, end: int) -> None:
+    def code(self, start: int, end: int) -> bool:
         last = line = start + 1
         while line < end:
             if self.is_empty(line):
@@ -326,6 +318,7 @@ class _Parser:
             break
         self.line = last
         self.out.append((start, self.level, CODE, 0, ""))
+        return True
 
     def fence(self, start: int, end: int, *, silent: bool) -> bool:
         src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
@@ -388,7 +381,7 @@ class _Parser:
         """The line after a top-level fence: past its closing line, else ``end``."""
         pattern = _CLOSING_FENCES.get((marker, length))
         if pattern is None:
-            run = re.escape(marker) + "{%d,}" % length
+            run = re.escape(marker) + "{" + str(length) + ",}"
             pattern = _CLOSING_FENCES[marker, length] = re.compile(
                 r"^[ \t]*" + run + r"[ \t]*$", re.M
             )
@@ -507,8 +500,16 @@ class _Parser:
         self.blk = old_indent
         return True
 
+    def thematic_break(self, start: int, pos: int, limit: int) -> bool:
+        """The hr rule; ``tokenize`` has checked that ``start`` is not code."""
+        if _HR.fullmatch(self.src, pos, limit) is None:
+            return False
+        self.line = start + 1
+        self.out.append((start, self.level, OTHER, 0, ""))
+        return True
+
     def hr(self, start: int) -> bool:
-        """The hr rule as a terminator; ``block`` inlines it."""
+        """The hr rule as a terminator."""
         if self.is_code(start):
             return False
         # Three or more of one marker, with only spaces and tabs around and between them.
@@ -626,11 +627,12 @@ class _Parser:
         if self.is_code(start) or self.first_char(start) != "<":
             return False
         text = src[b[start] + ts[start] : e[start]]
-        for opening, closing, can_terminate in HTML_SEQUENCES:
-            if opening.search(text):
+        for sequence in HTML_SEQUENCES:
+            if sequence[0].search(text):
                 break
         else:
             return False
+        _, closing, can_terminate = sequence
         if silent:
             return can_terminate
         line = start + 1

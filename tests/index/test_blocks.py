@@ -150,9 +150,43 @@ def markdown_line(draw: st.DrawFn) -> str:
     return prefix + draw(st.sampled_from(BODIES))
 
 
+# Multi-line constructs that random lines rarely line up into.
+SNIPPETS = [
+    "| a | b |\n|---|---|\n| 1 | 2 |",
+    "| a | b\n|---|---|\n| 1 | 2 | 3 |\n4",
+    "a | b |\n--- | ---\nc | d",
+    "| a |\n| - |\n",
+    "| a | b |\n|---|\n| 1 |",
+    "|a\\|b|c|\n|-|-|\n|x|y\\|",
+    "```\ncode\n    ```\nstill code\n```",
+    "~~~~\ncode\n~~~\n  ~~~~~  \nafter",
+    "``` info\n\n```\n",
+    "- item\n\n      indented code\n- next\n  lazy\nlazy too",
+    "1. one\n1. two\n\n   para\n3) other",
+    "> quote\nlazy\n> - list\n> continued\n---",
+    "<div>\nhtml\n\nafter",
+    "<!--\ncomment\n\n-->\ntext",
+    "Title\n===\n\nSub\n---",
+    "para\n    not code\n- list",
+    # What may interrupt a paragraph, and what may not.
+    "text\n<span class='x'>\nmore",
+    "text\n<div>\nmore",
+    "text\n# heading\nmore",
+    "text\n```\nmore",
+    "text\n> quote\nmore",
+    "text\n***\nmore",
+    "text\n2. two\nmore",
+    "text\n1. one\nmore",
+    "text\n-\nmore",
+    "text\n- \nmore",
+    "text\n| a |\n|---|\nmore",
+]
+
+
 @st.composite
 def markdown_document(draw: st.DrawFn) -> str:
-    lines = draw(st.lists(markdown_line(), max_size=40))
+    piece = st.one_of(markdown_line(), markdown_line(), st.sampled_from(SNIPPETS))
+    lines = draw(st.lists(piece, max_size=40))
     front = draw(st.sampled_from(["", "", "---\ntitle: Front\n---\n", "+++\ntitle = 'T'\n+++\n"]))
     ending = draw(st.sampled_from(["", "\n", "\n\n", "  "]))
     return front + "\n".join(lines) + ending
