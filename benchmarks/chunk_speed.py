@@ -25,11 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from scale_corpus import DEFAULT_SOURCE, Vocabulary, document
+
 from rifflux.config import Settings
 from rifflux.index import blocks, chunker
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import scale_corpus  # noqa: E402  (a sibling script, not a package)
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 CHECK_LIMITS = ((300, 100), (80, 0))
@@ -88,13 +87,10 @@ def mismatches(texts: list[tuple[str, str]], limits: tuple[tuple[int, int], ...]
 
 
 def scale_sample(files: int, seed: int = 13) -> list[tuple[str, str]]:
-    vocab = scale_corpus.Vocabulary.from_corpus(scale_corpus.DEFAULT_SOURCE)
+    vocab = Vocabulary.from_corpus(DEFAULT_SOURCE)
     rng = random.Random(seed)
     indexes = sorted(rng.sample(range(100_000), files))
-    return [
-        (f"doc-{i:06d}.md", scale_corpus.document(vocab, random.Random(f"{seed}:{i}")))
-        for i in indexes
-    ]
+    return [(f"doc-{i:06d}.md", document(vocab, random.Random(f"{seed}:{i}"))) for i in indexes]
 
 
 def main() -> int:
