@@ -77,12 +77,14 @@ def enabled() -> bool:
     return markdown_it.__version__ == MIRRORED_VERSION
 
 
-def scan(src: str) -> list[Opener]:
-    """The openers markdown-it's block parser would emit for ``src`` (newlines ``\\n``)."""
+def scan(src: str, first_line: int = 0, lines: list[str] | None = None) -> list[Opener]:
+    """The openers markdown-it's block parser would emit for ``src`` (newlines ``\\n``),
+    from line ``first_line`` on, as if the lines before it were blank; ``lines`` is
+    ``src.split("\\n")`` if the caller has it."""
     if "\0" in src:
         raise Unsure("NUL characters are rewritten by markdown-it before parsing")
-    parser = _Parser(src)
-    parser.tokenize(0, parser.line_max)
+    parser = _Parser(src, src.split("\n") if lines is None else lines)
+    parser.tokenize(first_line, parser.line_max)
     return parser.out
 
 
@@ -104,12 +106,11 @@ def _column_count(text: str) -> int:
 class _Parser:
     """markdown-it's ``StateBlock`` and block rules, emitting openers instead of tokens."""
 
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, parts: list[str]) -> None:
         self.src = src
-        parts = src.split("\n")
         if not parts[-1].strip(_SPACES):
             # markdown-it gives a final line of only spaces and tabs (or nothing) no marker.
-            parts.pop()
+            parts = parts[:-1]
         # Built with map() over C functions: a Python loop per line cost ~10 % of the scan.
         lengths = list(map(len, parts))
         bmarks: list[int] = list(map(add, accumulate(lengths, initial=0), count()))

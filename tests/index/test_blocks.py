@@ -38,7 +38,7 @@ def markdown_it_only() -> Iterator[None]:
 def reference_openers(src: str) -> list[Opener]:
     """markdown-it's openers, without the text of nested headings (the scan skips it)."""
     with markdown_it_only():
-        openers = chunker._openers(src)
+        openers = chunker._openers(chunker._Lines(src), 0, 0)
     return [
         (line, level, kind, heading, text if level == 0 else "")
         for line, level, kind, heading, text in openers
