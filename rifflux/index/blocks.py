@@ -57,6 +57,7 @@ _ORDERED_MARKER = re.compile(r"[0-9]{1,9}[.)]")
 _HEADING_MARKER = re.compile(r"#{1,6}(?![^ \t])")
 _CLOSING_FENCES: dict[tuple[str, int], re.Pattern[str]] = {}
 _HR = re.compile(r"([-*_])(?:[ \t]*\1){2,}[ \t]*")
+_OPENING_CHARS = frozenset("`~>*-_+0123456789<#")  # what fence ... heading start with
 _SPACES = " \t"  # markdown-it's isStrSpace
 _lstrip_spaces = methodcaller("lstrip", _SPACES)
 
@@ -203,10 +204,13 @@ class _Parser:
 
     def ends_paragraph(self, line: int, end: int) -> bool:
         """table, fence, blockquote, hr, list, html_block, heading."""
+        src = self.src
         pos = self.b[line] + self.ts[line]
-        if self.src.find("|", pos, self.e[line]) >= 0 and self.table(line, end, silent=True):
+        if src.find("|", pos, self.e[line]) >= 0 and self.table(line, end, silent=True):
             return True
-        return self.ends_blockquote(line, end, self.first_char(line))
+        char = src[pos] if pos < len(src) else "\n"
+        # Most lines start with a character none of the other rules opens with.
+        return char in _OPENING_CHARS and self.ends_blockquote(line, end, char)
 
     def ends_blockquote(self, line: int, end: int, char: str | None = None) -> bool:
         """fence, blockquote, hr, list, html_block, heading (also ends table rows)."""
@@ -511,7 +515,7 @@ class _Parser:
 
     def hr(self, start: int) -> bool:
         """The hr rule as a terminator."""
-        if self.is_code(start):
+        if self.sc[start] - self.blk >= 4:
             return False
         # Three or more of one marker, with only spaces and tabs around and between them.
         return _HR.fullmatch(self.src, self.b[start] + self.ts[start], self.e[start]) is not None
