@@ -4,8 +4,9 @@ The chunker needs only the block structure of a document, never its rendering: t
 where every block opens, how deeply it is nested, whether it is a heading (and the heading's
 text when it is top-level), code or a table. markdown-it-py's block parser gives exactly
 that, but it builds a full token stream (a Token object and a content string per block,
-eleven rule calls and a log call per line) and cost ~80 % of the chunk step: 3.0 of 3.5
-CPU-seconds to chunk awesome-copilot's 1,727 files (BENCHMARKS.md, issue 13).
+up to eleven rule calls and a log call per line) and was ~90 % of chunking: 2.8 of 3.1
+CPU-seconds for awesome-copilot's 1,727 files. This scan takes 0.59 s of the 0.88 s the
+chunker now needs (BENCHMARKS.md, "A faster block scan (issue 13)").
 
 This module re-implements markdown-it's block algorithm for the ``commonmark`` preset with
 tables enabled and ``reference`` disabled (the chunker's parser) and emits only what the
@@ -17,8 +18,11 @@ chunker reads. Invariants:
   same state (``blkIndent``, ``listIndent``, ``parentType``, ``lineMax``) saved and
   restored at the same points, quirks included (a failed setext heading leaves
   ``parentType`` as "paragraph"; a blockquote's lazy lines get ``sCount`` -1). Every
-  :class:`Opener` is one opening token markdown-it would emit with a line map (``inline``
-  tokens excluded), in stream order, with its ``map[0]`` and ``level``.
+  opener is one opening token markdown-it would emit with a line map (``inline`` tokens
+  excluded), in stream order, with its ``map[0]`` and ``level``. Only the ``tight`` flag
+  of lists is not kept: it hides paragraphs, it never moves them.
+- **No rule looks back**, so a scan may start at any line as if those before it were
+  blank: the chunker starts below the front matter instead of blanking it.
 - **What differs is cost, not behaviour:** no Token objects, no content strings except a
   top-level heading's text, a first-character test before each rule, and table cells
   counted without splitting them.
@@ -26,9 +30,10 @@ chunker reads. Invariants:
   model (a NUL character, which markdown-it rewrites before parsing; nesting deeper than
   markdown-it's ``maxNesting``, where it stops parsing; another markdown-it-py version);
   the caller then parses the file with markdown-it.
-- Differential tests (``tests/index/test_blocks.py``) compare the chunks of the two paths
-  on the vendored awesome-copilot agents and generated markdown, and a script
-  (``benchmarks/chunk_speed.py --check``) on every file of the shared corpora.
+- Differential tests (``tests/index/test_blocks.py``) compare the openers and the chunks
+  of the two paths on the vendored awesome-copilot agents and on generated markdown, and
+  ``benchmarks/chunk_speed.py --check`` on every awesome-copilot file and a sample of the
+  scale corpus; a test also pins the chunker's parser configuration this scan assumes.
 """
 
 from __future__ import annotations

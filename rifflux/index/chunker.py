@@ -1,8 +1,10 @@
 """Heading-aware chunking of markdown and plain text into retrieval-sized pieces.
 
-Markdown is parsed once into block tokens (markdown-it-py) and every chunk is a slice of the
-source text (newlines normalised to ``\\n``), so what we index is what the author wrote, not a
-re-rendering. The rules, in the order they apply:
+Markdown's block structure is found once, as markdown-it-py's block parser finds it (by the
+faster ``blocks.scan``, which re-implements its rules, or by markdown-it itself when the
+scan is unsure), and every chunk is a slice of the source text (newlines normalised to
+``\\n``), so what we index is what the author wrote, not a re-rendering. The rules, in the
+order they apply:
 
 - a section starts at every top-level heading (ATX or setext) and carries the breadcrumb of the
   headings above it; YAML (``---``) or TOML (``+++``) front matter is kept as text, never parsed;

@@ -74,6 +74,25 @@ def test_the_scan_mirrors_the_installed_markdown_it() -> None:
     assert blocks.enabled(), "re-check blocks.py against this markdown-it-py and bump it"
 
 
+def test_the_chunker_parses_with_the_configuration_the_scan_mirrors() -> None:
+    parser = chunker._MD
+    assert parser.block.ruler.get_active_rules() == [
+        "table",
+        "code",
+        "fence",
+        "blockquote",
+        "hr",
+        "list",
+        "html_block",
+        "heading",
+        "lheading",
+        "paragraph",
+    ]
+    assert parser.options["html"] is True
+    assert parser.options["maxNesting"] == blocks.MAX_NESTING
+    assert not parser.options.get("tasklists") and not parser.options.get("alerts")
+
+
 @pytest.mark.parametrize("path", VENDORED, ids=lambda path: path.name)
 def test_vendored_agents_give_the_same_chunks_either_way(path: Path) -> None:
     assert_same_structure(path.read_text(encoding="utf-8"), LIMITS)
