@@ -547,30 +547,26 @@ class _Parser:
 
     def list(self, start: int, end: int, *, silent: bool) -> bool:
         src, b, e, ts, sc, bs = self.src, self.b, self.e, self.ts, self.sc, self.bs
-        if self.is_code(start):
+        count, blk = sc[start], self.blk
+        if count - blk >= 4:
             return False
-        if self.list_indent >= 0 and sc[start] - self.list_indent >= 4 and sc[start] < self.blk:
+        if self.list_indent >= 0 and count - self.list_indent >= 4 and count < blk:
             return False
-        terminating_paragraph = silent and self.parent == "paragraph" and sc[start] >= self.blk
-        after = self.ordered_marker(start) if "0" <= self.first_char(start) <= "9" else -1
-        if after >= 0:
-            ordered = True
-            if terminating_paragraph and int(src[b[start] + ts[start] : after - 1]) != 1:
-                return False
-        else:
-            after = self.bullet_marker(start)
-            if after < 0:
-                return False
-            ordered = False
-        if terminating_paragraph:
-            pos = after
-            while pos < len(src) and src[pos] in _SPACES:
-                pos += 1
-            if pos >= e[start]:
-                return False
-        marker_char = src[after - 1]
+        first = b[start] + ts[start]
+        ordered = "0" <= src[first] <= "9" if first < len(src) else False
+        after = self.ordered_marker(start) if ordered else self.bullet_marker(start)
+        if after < 0:
+            return False
         if silent:
+            if self.parent == "paragraph" and count >= blk:
+                # Interrupting a paragraph: an ordered list must start at 1, and no list
+                # may start with an empty item.
+                if ordered and int(src[first : after - 1]) != 1:
+                    return False
+                if not src[after : e[start]].strip(_SPACES):
+                    return False
             return True
+        marker_char = src[after - 1]
 
         self.out.append((start, self.level, OTHER, 0, ""))
         self.level += 1
