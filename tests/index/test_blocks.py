@@ -22,7 +22,7 @@ from rifflux.index import blocks, chunker
 from rifflux.index.blocks import Opener
 
 VENDORED = sorted((AWESOME_COPILOT / "agents").rglob("*.md"))
-LIMITS = [(1200, 600), (300, 100), (80, 0)]
+LIMITS = [(1200, 600), (100, 0)]  # shipped, and small enough to split most blocks
 
 
 @contextmanager
