@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from itertools import accumulate, count
-from operator import add, methodcaller, sub
 
 import markdown_it
 from markdown_it.common.utils import mdTrim
@@ -63,7 +61,6 @@ _HEADING_MARKER = re.compile(r"#{1,6}(?![^ \t])")
 _HR = re.compile(r"([-*_])(?:[ \t]*\1){2,}[ \t]*")
 _OPENING_CHARS = frozenset("`~>*-_+0123456789<#")  # what fence ... heading start with
 _SPACES = " \t"  # markdown-it's isStrSpace
-_lstrip_spaces = methodcaller("lstrip", _SPACES)
 
 
 Opener = tuple[int, int, int, int, str]
@@ -116,23 +113,28 @@ class _Parser:
         if not parts[-1].strip(_SPACES):
             # markdown-it gives a final line of only spaces and tabs (or nothing) no marker.
             parts = parts[:-1]
-        # Built with map() over C functions: a Python loop per line cost ~10 % of the scan.
-        lengths = list(map(len, parts))
-        bmarks: list[int] = list(map(add, accumulate(lengths, initial=0), count()))
-        emarks: list[int] = list(map(add, bmarks, lengths))
-        tshift: list[int] = list(map(sub, lengths, map(len, map(_lstrip_spaces, parts))))
-        scount = tshift.copy()
-        if "\t" in src:
-            for i, (part, indent) in enumerate(zip(parts, tshift, strict=True)):
-                if "\t" in part[:indent]:
-                    offset = 0
-                    for char in part[:indent]:
-                        offset += 4 - offset % 4 if char == "\t" else 1
-                    scount[i] = offset
+        bmarks: list[int] = []
+        emarks: list[int] = []
+        tshift: list[int] = []
+        scount: list[int] = []
+        start = 0
+        for part in parts:
+            indent = len(part) - len(part.lstrip(_SPACES))
+            offset = indent
+            if indent and "\t" in part[:indent]:
+                offset = 0
+                for char in part[:indent]:
+                    offset += 4 - offset % 4 if char == "\t" else 1
+            end = start + len(part)
+            bmarks.append(start)
+            emarks.append(end)
+            tshift.append(indent)
+            scount.append(offset)
+            start = end + 1
         length = len(src)
         self.line_max = len(parts)
         # The fake line past the end that markdown-it appends to simplify bounds checks.
-        bmarks[-1] = length
+        bmarks.append(length)
         emarks.append(length)
         tshift.append(0)
         scount.append(0)
@@ -156,12 +158,6 @@ class _Parser:
 
     def is_code(self, line: int) -> bool:
         return self.sc[line] - self.blk >= 4
-
-    def skip_empty(self, line: int) -> int:
-        b, ts, e = self.b, self.ts, self.e
-        while line < self.line_max and b[line] + ts[line] >= e[line]:
-            line += 1
-        return line
 
     def first_char(self, line: int) -> str:
         pos = self.b[line] + self.ts[line]
