@@ -4,8 +4,8 @@ The chunker needs only the block structure of a document, never its rendering: t
 where every block opens, how deeply it is nested, whether it is a heading (and the heading's
 text when it is top-level), code or a table. markdown-it-py's block parser gives exactly
 that, but it builds a full token stream (a Token object and a content string per block,
-up to eleven rule calls and a log call per line) and was ~85 % of chunking: 2.6 of 3.1
-CPU-seconds for awesome-copilot's 1,727 files. This scan takes 0.53 s of the 0.80 s the
+up to eleven rule calls and a log call per line) and was ~90 % of chunking: 2.7 of 3.0
+CPU-seconds for awesome-copilot's 1,727 files. This scan takes 0.48 s of the 0.75 s the
 chunker now needs (BENCHMARKS.md, "A faster block scan (issue 13)").
 
 This module re-implements markdown-it's block algorithm for the ``commonmark`` preset with
