@@ -35,7 +35,9 @@ import argparse
 import os
 import platform
 import sqlite3
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="setting names (default: all)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive reference")
     parser.add_argument(
+        "--timings",
+        action="store_true",
+        help="add each Rifflux cell's p50 ms per search call (query embeddings cached)",
+    )
+    parser.add_argument(
         "--chunks-read",
         type=int,
         help="score the distinct files of one top_k=N search (what an agent reads); the "
@@ -289,8 +296,21 @@ def main(argv: list[str] | None = None) -> int:
                     hits = service.search(text, top_k=n, mode=mode, **options)
                     return [h["path"] for h in hits]
 
-            found = score(chosen_queries, file_ranker(search, args.chunks_read, doc_of_path))
-            cells.append(f"{found['ndcg']:.3f} / {found['recall']:.3f} / {found['mrr']:.3f}")
+            timings: list[float] = []
+
+            def timed(
+                text: str, n: int, search: Any = search, timings: list[float] = timings
+            ) -> Any:
+                started = time.perf_counter()
+                found = search(text, n)
+                timings.append((time.perf_counter() - started) * 1000)
+                return found
+
+            found = score(chosen_queries, file_ranker(timed, args.chunks_read, doc_of_path))
+            cells.append(
+                f"{found['ndcg']:.3f} / {found['recall']:.3f} / {found['mrr']:.3f}"
+                + (f" ({statistics.median(timings):.1f} ms)" if args.timings else "")
+            )
         service.close()
         print(f"| {name} | {' | '.join(cells)} |", flush=True)
     return 0
