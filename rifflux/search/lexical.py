@@ -22,11 +22,13 @@ plain text. A query without a balanced quote builds exactly the MATCH of before.
 Filters hand in the admitted rowids (``admitted``): the MATCH is restricted to them in
 SQL (``rowid IN json_each(?)``), so a filter never empties the list by cutting first.
 
-The file path is a third lexical field (rifflux.search.paths): a chunk's score is its own
-bm25() plus ``PATH_WEIGHT`` × the bm25() of its file's path for the same terms, so on
-markdown whose paths name their topic the file a query names ranks higher. It only adds
-to chunks that match by their own text (a path alone finds nothing), and a query whose
-terms match no path runs exactly the SQL of before.
+The file path is a third lexical field (``files_fts``, rifflux.store.paths): a chunk's
+score is its own bm25() plus ``PATH_WEIGHT`` × the bm25() of its file's path for the same
+terms, so on markdown whose paths name their topic the file a query names ranks higher.
+It only adds to chunks that match by their own text (a path alone finds nothing), and a
+query whose terms match no path (one probe of ``files_fts``), or an index written before
+the table existed, runs exactly the SQL of before. The table is the writer's, kept by
+triggers: a search builds nothing.
 
 What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
 words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
@@ -43,12 +45,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rifflux.search.paths import (
-    CHUNK_FILES_TABLE,
-    PATH_TABLE,
-    any_path_matches,
-    ensure_path_table,
-)
 from rifflux.store.cjk import (
     CJK_CHARS,
     CJK_TABLE,
@@ -58,6 +54,7 @@ from rifflux.store.cjk import (
     rows_with_cjk,
     run_bigrams,
 )
+from rifflux.store.paths import CHUNK_FILE_INDEX, PATH_TABLE, has_path_table
 
 # Tokens are runs of letters/digits, as FTS5's unicode61 tokenizer sees them; quotes,
 # operators (AND, NEAR, *, -, :) and parentheses in user text can never reach MATCH.
@@ -70,7 +67,7 @@ MAX_QUERY_TERMS = 64
 # and hybrid 0.7193 → 0.7180, within noise (BENCHMARKS.md).
 HEADING_WEIGHT = 3.0
 CONTENT_WEIGHT = 1.0
-# The file path's bm25() (rifflux.search.paths), added to each of its chunks' bm25() times
+# The file path's bm25() (rifflux.store.paths), added to each of its chunks' bm25() times
 # this weight; 0 turns it off. Chosen on the awesome-copilot tuning half (file-level hybrid
 # nDCG@10 by weight 0 / 0.1 / 0.25 / 0.5 / 1: 0.934 / 0.940 / 0.953 / 0.948 / 0.932; the
 # naive pipeline 0.943); held out 0.950 → 0.951 (naive 0.949), lexical 0.922 → 0.927; SciFact
@@ -210,16 +207,27 @@ _TOP_SQL = (
 # the chunk MATCH, the ``where`` values and the limit, in that order.
 _TOP_WITH_PATH_SQL = (
     "WITH p AS (SELECT rowid AS file_id, bm25(" + PATH_TABLE + ") AS score "
-    "FROM temp." + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
+    "FROM " + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
     "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
     "WHERE {t} MATCH ?{where}), "
     "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
-    "JOIN temp." + CHUNK_FILES_TABLE + " k ON k.id = m.id LEFT JOIN p ON p.file_id = k.file_id "
-    "ORDER BY score LIMIT ?) "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id ORDER BY score LIMIT ?) "
     "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
     "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
     "ORDER BY top.score, f.path, c.chunk_index"
 )
+
+
+# Whether some indexed path holds a term of the MATCH: when none does (SciFact's
+# ``docs/<id>.md``, most queries anywhere) the search skips the path join.
+_ANY_PATH_SQL = f"SELECT 1 FROM {PATH_TABLE} WHERE {PATH_TABLE} MATCH ? LIMIT 1"
+
+
+def _any_path_matches(conn: sqlite3.Connection, match: str) -> bool:
+    """Whether the path bonus applies: the index has ``files_fts`` (an index written
+    before it existed gives no bonus until a writer opens it) and a path matches."""
+    return has_path_table(conn) and conn.execute(_ANY_PATH_SQL, (match,)).fetchone() is not None
 
 
 # Extra conditions of the ranked FTS query (each binds one parameter). The phrase tiers
@@ -257,10 +265,7 @@ def lexical_search(
         if admitted.shape[0] == 0:
             return []
         where, params = _ADMITTED, (json.dumps(admitted.tolist()),)
-    path = ""
-    if options.path_weight > 0:
-        ensure_path_table(conn)
-        path = match if any_path_matches(conn, match) else ""
+    path = match if options.path_weight > 0 and _any_path_matches(conn, match) else ""
     phrases = query_phrases(text)
     if not phrases:
         return _routed(conn, text, match, limit, options, where, params, path)
@@ -327,7 +332,7 @@ def _ranked(
     to leave out (they are ranked elsewhere), and the window widens past them; ``where``
     adds conditions whose values are ``params``. With a ``path`` MATCH (and
     ``options.path_weight`` > 0) the weighted bm25() of the file's path is added to each
-    row's (``temp.rifflux_paths`` must be current: ``ensure_path_table``)."""
+    row's."""
     weights = {"h": float(options.heading_weight), "c": float(options.content_weight)}
     if path and options.path_weight > 0:
         sql = _TOP_WITH_PATH_SQL.format(
