@@ -9,7 +9,7 @@ Invariants:
 
 * ``files_fts`` (schema.py) is an external-content FTS5 table over ``files(path)`` with
   the tokenizer of ``chunks_fts``; its rowid is ``files.id``. The schema's triggers on
-  ``files`` keep it in step with every insert, delete (and cascade-free rename) in the
+  ``files`` keep it in step with every insert, delete and change of path, in the
   writer's own transaction, so a reader's snapshot always sees the paths of its files and
   never builds anything: the writer pays one FTS row per file written (BENCHMARKS.md,
   issue 12), a search only reads.
@@ -29,11 +29,14 @@ CHUNK_FILE_INDEX = "chunks_file_of"
 
 
 def has_path_table(conn: sqlite3.Connection) -> bool:
-    """Whether the index has ``files_fts`` (one ``sqlite_master`` probe, microseconds)."""
+    """Whether the index has ``files_fts`` and ``chunks_file_of`` (created together; one
+    ``sqlite_master`` probe, microseconds)."""
     row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (PATH_TABLE,)
+        "SELECT COUNT(*) FROM sqlite_master WHERE (type = 'table' AND name = ?) "
+        "OR (type = 'index' AND name = ?)",
+        (PATH_TABLE, CHUNK_FILE_INDEX),
     ).fetchone()
-    return row is not None
+    return int(row[0]) == 2
 
 
 def backfill(conn: sqlite3.Connection) -> int:
