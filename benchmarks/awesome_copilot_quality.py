@@ -19,8 +19,8 @@ Two systems, with the same ONNX embedder (MiniLM int8) and the same query-term r
   ``rifflux eval`` ranks them (``rank_documents``: chunks searched 3 per wanted file,
   deeper while fewer than 10 distinct files come back; ``--chunks-read 10`` instead scores
   the files of one ``top_k=10`` search, what an agent reads). Ranking-only options
-  (``--heading-weight``, ``--content-weight``, ``--candidate-multiplier``, ``--rrf-k``) reuse
-  the same index.
+  (``--heading-weight``, ``--content-weight``, ``--path-weight``, ``--candidate-multiplier``,
+  ``--rrf-k``) reuse the same index.
 - **naive**: built here. Paragraph chunks (split on blank lines, packed up to 1,200
   characters, no heading awareness), embedded as their bare text, a content-only FTS5
   ``porter unicode61`` table, exact cosine over all chunk vectors, and RRF (k=60) over the
@@ -293,7 +293,11 @@ def rifflux_service(
         rrf_k=args.rrf_k,
     )
     report = Indexer(settings, embedder=embedder).run([root])
-    lexical = LexicalOptions(heading_weight=args.heading_weight, content_weight=args.content_weight)
+    lexical = LexicalOptions(
+        heading_weight=args.heading_weight,
+        content_weight=args.content_weight,
+        path_weight=args.path_weight,
+    )
     service = SearchService(settings, embedder=embedder, lexical=lexical)
     counts = service.counts()
     return service, {
@@ -371,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-chars", type=int, default=settings.min_chunk_chars)
     parser.add_argument("--heading-weight", type=float, default=DEFAULT_OPTIONS.heading_weight)
     parser.add_argument("--content-weight", type=float, default=DEFAULT_OPTIONS.content_weight)
+    parser.add_argument("--path-weight", type=float, default=DEFAULT_OPTIONS.path_weight)
     parser.add_argument("--candidate-multiplier", type=int, default=settings.candidate_multiplier)
     parser.add_argument("--rrf-k", type=int, default=settings.rrf_k)
     parser.add_argument(
@@ -402,7 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"rifflux options: max_chars {args.max_chars}, min_chars {args.min_chars}, "
-        f"bm25 weights heading {args.heading_weight:g} content {args.content_weight:g}, "
+        f"bm25 weights heading {args.heading_weight:g} content {args.content_weight:g} "
+        f"path {args.path_weight:g}, "
         f"candidate_multiplier {args.candidate_multiplier}, rrf_k {args.rrf_k}"
     )
 

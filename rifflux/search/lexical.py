@@ -22,8 +22,16 @@ plain text. A query without a balanced quote builds exactly the MATCH of before.
 Filters hand in the admitted rowids (``admitted``): the MATCH is restricted to them in
 SQL (``rowid IN json_each(?)``), so a filter never empties the list by cutting first.
 
-What a retrieval experiment may vary (the bm25() column weights, the stop words dropped
-from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
+The file path is a third lexical field (``files_fts``, rifflux.store.paths): a chunk's
+score is its own bm25() plus ``PATH_WEIGHT`` × the bm25() of its file's path for the same
+terms, so on markdown whose paths name their topic the file a query names ranks higher.
+It only adds to chunks that match by their own text (a path alone finds nothing), and a
+query whose terms match no path (one probe of ``files_fts``), or an index written before
+the table existed, runs exactly the SQL of before. The table is the writer's, kept by
+triggers: a search builds nothing.
+
+What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
+words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
 core's; nothing here is meant to be patched at run time.
 """
 
@@ -46,6 +54,7 @@ from rifflux.store.cjk import (
     rows_with_cjk,
     run_bigrams,
 )
+from rifflux.store.paths import CHUNK_FILE_INDEX, PATH_TABLE, has_path_table
 
 # Tokens are runs of letters/digits, as FTS5's unicode61 tokenizer sees them; quotes,
 # operators (AND, NEAR, *, -, :) and parentheses in user text can never reach MATCH.
@@ -58,6 +67,12 @@ MAX_QUERY_TERMS = 64
 # and hybrid 0.7193 → 0.7180, within noise (BENCHMARKS.md).
 HEADING_WEIGHT = 3.0
 CONTENT_WEIGHT = 1.0
+# The file path's bm25() (rifflux.store.paths), added to each of its chunks' bm25() times
+# this weight; 0 turns it off. Chosen on the awesome-copilot tuning half (file-level hybrid
+# nDCG@10 by weight 0 / 0.1 / 0.25 / 0.5 / 1: 0.934 / 0.940 / 0.953 / 0.948 / 0.932; the
+# naive pipeline 0.943); held out 0.950 → 0.951 (naive 0.949), lexical 0.922 → 0.927; SciFact
+# train unchanged (BENCHMARKS.md, issue 12).
+PATH_WEIGHT = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,7 @@ class LexicalOptions:
     heading_weight: float = HEADING_WEIGHT
     content_weight: float = CONTENT_WEIGHT
     stop_words: frozenset[str] = STOP_WORDS
+    path_weight: float = PATH_WEIGHT
 
 
 DEFAULT_OPTIONS = LexicalOptions()
@@ -186,6 +202,35 @@ _TOP_SQL = (
     "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
     "ORDER BY top.score, f.path, c.chunk_index"
 )
+# With a path weight: every match's bm25() plus the weighted bm25() of its file's path
+# (no bonus when the path does not match), then the best ``limit``. Binds the path MATCH,
+# the chunk MATCH, the ``where`` values and the limit, in that order. Each match finds its
+# file through the narrow covering index ``chunks_file_of``; left to itself the planner reads
+# the wide ``chunks`` row by rowid, which measured +8 ms p50 against +2.8 ms for the 73
+# awesome-copilot queries (benchmarks/path_field_cost.py --joins).
+_TOP_WITH_PATH_SQL = (
+    "WITH p AS (SELECT rowid AS file_id, bm25(" + PATH_TABLE + ") AS score "
+    "FROM " + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
+    "WHERE {t} MATCH ?{where}), "
+    "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
+)
+
+
+# Whether some indexed path holds a term of the MATCH: when none does (SciFact's
+# ``docs/<id>.md``, most queries anywhere) the search skips the path join.
+_ANY_PATH_SQL = f"SELECT 1 FROM {PATH_TABLE} WHERE {PATH_TABLE} MATCH ? LIMIT 1"
+
+
+def _any_path_matches(conn: sqlite3.Connection, match: str) -> bool:
+    """Whether the path bonus applies: the index has ``files_fts`` (an index written
+    before it existed gives no bonus until a writer opens it) and a path matches."""
+    return has_path_table(conn) and conn.execute(_ANY_PATH_SQL, (match,)).fetchone() is not None
 
 
 # Extra conditions of the ranked FTS query (each binds one parameter). The phrase tiers
@@ -223,15 +268,16 @@ def lexical_search(
         if admitted.shape[0] == 0:
             return []
         where, params = _ADMITTED, (json.dumps(admitted.tolist()),)
+    path = match if options.path_weight > 0 and _any_path_matches(conn, match) else ""
     phrases = query_phrases(text)
     if not phrases:
-        return _routed(conn, text, match, limit, options, where, params)
+        return _routed(conn, text, match, limit, options, where, params, path)
     both = phrases_match(phrases)
-    first = _routed(conn, text, match, limit, options, where + _IN_TIER0, (*params, both))
+    first = _routed(conn, text, match, limit, options, where + _IN_TIER0, (*params, both), path)
     if len(first) >= limit:
         return first
     rest = _routed(
-        conn, text, match, limit - len(first), options, where + _NOT_TIER0, (*params, both)
+        conn, text, match, limit - len(first), options, where + _NOT_TIER0, (*params, both), path
     )
     return first + rest
 
@@ -244,19 +290,31 @@ def _routed(
     options: LexicalOptions,
     where: str,
     params: tuple[object, ...],
+    path: str,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows under the extra conditions ``where``: from chunks_fts, or
-    for a CJK query from both tables merged by bm25()."""
+    for a CJK query from both tables merged by bm25(). ``path``: the MATCH of the path
+    bonus ("" for none)."""
     if not (has_cjk(text) and has_cjk_table(conn)):
-        return _ranked(conn, "chunks_fts", match, limit, options, where=where, params=params)
+        return _ranked(
+            conn, "chunks_fts", match, limit, options, where=where, params=params, path=path
+        )
     cjk_match = build_cjk_match_query(text, options.stop_words)
     side = (
-        _ranked(conn, CJK_TABLE, cjk_match, limit, options, where=where, params=params)
+        _ranked(conn, CJK_TABLE, cjk_match, limit, options, where=where, params=params, path=path)
         if cjk_match
         else []
     )
     rest = _ranked(
-        conn, "chunks_fts", match, limit, options, skip=rows_with_cjk, where=where, params=params
+        conn,
+        "chunks_fts",
+        match,
+        limit,
+        options,
+        skip=rows_with_cjk,
+        where=where,
+        params=params,
+        path=path,
     )
     return sorted(side + rest, key=lambda h: (h.bm25, h.key))[:limit]
 
@@ -271,16 +329,25 @@ def _ranked(
     skip: Callable[[sqlite3.Connection, Sequence[int]], set[int]] | None = None,
     where: str = "",
     params: tuple[object, ...] = (),
+    path: str = "",
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``where``
-    adds conditions whose values are ``params``."""
-    sql = _TOP_SQL.format(
-        t=table, h=float(options.heading_weight), c=float(options.content_weight), where=where
-    )
+    adds conditions whose values are ``params``. With a ``path`` MATCH (and
+    ``options.path_weight`` > 0) the weighted bm25() of the file's path is added to each
+    row's."""
+    weights = {"h": float(options.heading_weight), "c": float(options.content_weight)}
+    if path and options.path_weight > 0:
+        sql = _TOP_WITH_PATH_SQL.format(
+            t=table, w=float(options.path_weight), where=where, **weights
+        )
+        bound: tuple[object, ...] = (path, match, *params)
+    else:
+        sql = _TOP_SQL.format(t=table, where=where, **weights)
+        bound = (match, *params)
     fetch = limit + TIE_MARGIN
     while True:
-        rows = conn.execute(sql, (match, *params, fetch)).fetchall()
+        rows = conn.execute(sql, (*bound, fetch)).fetchall()
         hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
         if skip is not None and hits:
             skipped = skip(conn, [h.row_id for h in hits])

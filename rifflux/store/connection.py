@@ -40,7 +40,7 @@ from rifflux.errors import (
     NotAnIndexError,
     SchemaVersionError,
 )
-from rifflux.store import cjk
+from rifflux.store import cjk, paths
 from rifflux.store.schema import (
     ADDED_COLUMNS,
     ADDED_TABLES,
@@ -292,7 +292,10 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
 
 
 # How a table of ADDED_TABLES is filled from what older indexes stored.
-_TABLE_BACKFILL: dict[str, Callable[[sqlite3.Connection], int]] = {"chunks_cjk": cjk.backfill}
+_TABLE_BACKFILL: dict[str, Callable[[sqlite3.Connection], int]] = {
+    "chunks_cjk": cjk.backfill,
+    "files_fts": paths.backfill,
+}
 
 
 def _add_missing_tables(conn: sqlite3.Connection) -> None:

@@ -8,10 +8,16 @@ Columns added within a schema version are listed in ``ADDED_COLUMNS``: opening a
 index adds them (``ALTER TABLE ... ADD COLUMN``, idempotent) instead of asking for a
 rebuild; ``BACKFILL_SQL`` then fills them from what older versions stored.
 
+``files_fts`` is the file path as a lexical field (rifflux.store.paths): an
+external-content FTS5 table over ``files(path)``, one row per file (rowid = ``files.id``),
+kept in step by triggers on ``files``, so the writer pays one FTS row per file written,
+never per chunk.
+
 Tables added within a schema version are listed in ``ADDED_TABLES``: a writer opening an
-older index creates them (their statements are ``IF NOT EXISTS``) and fills them
-(``chunks_cjk``: rifflux.store.cjk.backfill); a reader of an older index works without
-them.
+older index creates them (their statements are ``IF NOT EXISTS``, and include the
+triggers and indexes that serve them) and fills them (``chunks_cjk``:
+rifflux.store.cjk.backfill; ``files_fts``: rifflux.store.paths.backfill); a reader
+of an older index works without them.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE ON chunks BEGIN
 END;
 
 {{CJK_SQL}}
+{{PATHS_SQL}}
 CREATE TABLE IF NOT EXISTS embeddings (
     chunk_id TEXT PRIMARY KEY REFERENCES chunks(chunk_id) ON DELETE CASCADE,
     model    TEXT NOT NULL,
@@ -150,11 +157,40 @@ BEGIN
 END;
 """
 
-SCHEMA_SQL = SCHEMA_SQL.replace("{CJK_SQL}", CJK_SQL)
+# The file path as a lexical field (rifflux.store.paths). A file's path never changes in
+# place (the writer's upsert conflicts on it; a rename is a delete and an insert), but the
+# update trigger keeps the table right if one ever did. ``chunks_file_of`` is the narrow
+# (id, file_id) index the path bonus joins each matching chunk through, instead of the
+# wide ``chunks`` row (BENCHMARKS.md, issue 12).
+PATHS_SQL = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS files_fts USING fts5(
+    path,
+    content='files',
+    content_rowid='id',
+    tokenize='{FTS_TOKENIZER}'
+);
 
-# Tables added since schema version 1 was first released: created, with their triggers,
-# when a writer opens an index that lacks them (see module docstring).
-ADDED_TABLES: dict[str, str] = {"chunks_cjk": CJK_SQL}
+CREATE TRIGGER IF NOT EXISTS files_fts_insert AFTER INSERT ON files BEGIN
+    INSERT INTO files_fts(rowid, path) VALUES (new.id, new.path);
+END;
+
+CREATE TRIGGER IF NOT EXISTS files_fts_delete AFTER DELETE ON files BEGIN
+    INSERT INTO files_fts(files_fts, rowid, path) VALUES ('delete', old.id, old.path);
+END;
+
+CREATE TRIGGER IF NOT EXISTS files_fts_update AFTER UPDATE OF path ON files BEGIN
+    INSERT INTO files_fts(files_fts, rowid, path) VALUES ('delete', old.id, old.path);
+    INSERT INTO files_fts(rowid, path) VALUES (new.id, new.path);
+END;
+
+CREATE INDEX IF NOT EXISTS chunks_file_of ON chunks(id, file_id);
+"""
+
+SCHEMA_SQL = SCHEMA_SQL.replace("{CJK_SQL}", CJK_SQL).replace("{PATHS_SQL}", PATHS_SQL)
+
+# Tables added since schema version 1 was first released: created, with their triggers
+# and indexes, when a writer opens an index that lacks them (see module docstring).
+ADDED_TABLES: dict[str, str] = {"chunks_cjk": CJK_SQL, "files_fts": PATHS_SQL}
 
 # table -> (column, declaration) added since the table was first created, in order.
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {

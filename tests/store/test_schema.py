@@ -52,6 +52,29 @@ def test_fts_follows_insert_update_delete_and_cascade(tmp_path: Path) -> None:
     conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
 
 
+def path_rows(conn: sqlite3.Connection, term: str) -> list[int]:
+    """The ``files_fts`` rowids indexed under ``term`` (a stale row would still be listed:
+    an external-content table's MATCH reads only its own index)."""
+    sql = "SELECT rowid FROM files_fts WHERE files_fts MATCH ?"
+    return [r[0] for r in conn.execute(sql, (term,))]
+
+
+def test_the_path_fts_follows_insert_rename_and_delete(tmp_path: Path) -> None:
+    conn = open_index(tmp_path / "index.db")
+    file_id = add_file(conn, "docs/kubernetes-guide.md", "alpha")
+    other = add_file(conn, "docs/notes.md", "alpha")
+    assert path_rows(conn, "kubernetes") == [file_id]
+    assert path_rows(conn, "docs") == [file_id, other]
+    conn.execute("UPDATE files SET path = 'docs/terraform.md' WHERE id = ?", (file_id,))
+    assert path_rows(conn, "kubernetes") == [] and path_rows(conn, "terraform") == [file_id]
+    # The writer's upsert of an unchanged path touches no path row.
+    conn.execute("UPDATE files SET mtime_ns = 2 WHERE id = ?", (file_id,))
+    assert path_rows(conn, "terraform") == [file_id]
+    conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+    assert path_rows(conn, "terraform") == [] and path_rows(conn, "docs") == [other]
+    conn.execute("INSERT INTO files_fts(files_fts) VALUES ('integrity-check')")
+
+
 def test_porter_stemming_matches_inflections(tmp_path: Path) -> None:
     conn = open_index(tmp_path / "index.db")
     add_file(conn, "a.md", "Running the indexers")
