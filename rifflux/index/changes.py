@@ -76,7 +76,8 @@ def decide(
     ):
         return Decision("unchanged", path)
     try:
-        data = scanned.abs_path.read_bytes()
+        with open(scanned.abs_path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         return Decision("skip", path, reason=f"unreadable: {exc.strerror or exc}")
     if len(data) > max_file_bytes:
