@@ -176,9 +176,17 @@ class IndexReader:
 
     def vector_rows(self, model: str, dim: int) -> list[sqlite3.Row]:
         """(rowid, path, chunk_index, embed hash) of every chunk with a ``model`` vector,
-        sorted by (path, chunk_index)."""
+        sorted by (path, chunk_index).
+
+        CROSS JOIN fixes the join order so the rows come out of the ``files(path)`` and
+        ``chunks(file_id, chunk_index)`` indexes already sorted: the planner's own order
+        (embeddings first) sorted every row in a temporary B-tree, ~1.6x the time.
+        """
         return self.conn.execute(
-            _VECTOR_ROWS + "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
+            "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM files f "
+            "CROSS JOIN chunks c ON c.file_id = f.id "
+            "CROSS JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
             (model, dim),
         ).fetchall()
 
