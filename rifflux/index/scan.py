@@ -266,6 +266,7 @@ def _scan_dir(
     own_here = walk.own_by_dir.get(real_dir, frozenset())
     stored_dir = to_rel_path(dirpath, walk.base_dir)
     stored_prefix = "" if stored_dir == "." else stored_dir.rstrip("/") + "/"
+    abs_prefix = os.path.join(os.path.abspath(dirpath), "")
     for entry in files:
         name = entry.name
         rel_in_root = root_prefix + name
@@ -279,12 +280,16 @@ def _scan_dir(
                 continue
         elif name in own_here:
             continue
-        _consider_entry(entry, stored_prefix + name, seen, result)
+        _consider_entry(entry, abs_prefix + name, stored_prefix + name, seen, result)
     return subdirs
 
 
 def _consider_entry(
-    entry: os.DirEntry[str], rel_path: str, seen: dict[str, ScannedFile], result: ScanResult
+    entry: os.DirEntry[str],
+    abs_path: str,
+    rel_path: str,
+    seen: dict[str, ScannedFile],
+    result: ScanResult,
 ) -> None:
     if rel_path in seen:
         return
@@ -296,7 +301,7 @@ def _consider_entry(
     if not stat.S_ISREG(st.st_mode):
         result.skipped.append(SkippedFile(rel_path, "not a regular file"))
         return
-    seen[rel_path] = ScannedFile(os.path.abspath(entry.path), rel_path, st.st_mtime_ns, st.st_size)
+    seen[rel_path] = ScannedFile(abs_path, rel_path, st.st_mtime_ns, st.st_size)
 
 
 def _consider_file(
