@@ -113,9 +113,12 @@ class IndexReader:
 
     # -- files ---------------------------------------------------------------------
 
-    def file_states(self) -> sqlite3.Cursor:
-        """(path, mtime_ns, size_bytes, sha256) of every stored file."""
-        return self.conn.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files")
+    def file_states(self) -> list[tuple[str, int, int, str]]:
+        """(path, mtime_ns, size_bytes, sha256) of every stored file, as plain tuples: a
+        plan reads every row, and ``sqlite3.Row`` objects cost ~3x more (0.3 s at 100k)."""
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        return cursor.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files").fetchall()
 
     def stored_paths(self) -> list[str]:
         return [row[0] for row in self.conn.execute("SELECT path FROM files")]
