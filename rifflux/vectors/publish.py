@@ -447,10 +447,13 @@ def _plan(segments: list[Segment], db: DbRows) -> _Plan:
     position = np.full(n, -1, dtype=np.int64)
     dead: list[np.ndarray] = []
     removed = 0
+    # Sorted once for every segment's membership test (np.isin sorts both sides anew
+    # per call: 1.4 s of a one-file publish at 789k rows).
+    db_sorted = np.sort(db.idents)
     for i, segment in enumerate(segments):
         live = np.flatnonzero(segment.live_mask())
         idents = np.asarray(segment.meta[live, META_IDENT])
-        present = np.isin(idents, db.idents)
+        present = _members(idents, db_sorted)
         gone = live[~present]
         removed += int(gone.shape[0])
         dead.append(np.union1d(segment.dead, gone).astype(np.int64))
@@ -480,6 +483,14 @@ def _plan(segments: list[Segment], db: DbRows) -> _Plan:
             action = "delta"
     into_new = added | np.isin(source, sorted(rewrite))
     return _Plan(action, source, position, added, removed, dead, rewrite, into_new)
+
+
+def _members(values: np.ndarray, sorted_pool: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_pool)`` for an already sorted pool."""
+    if sorted_pool.shape[0] == 0:
+        return np.zeros(values.shape[0], dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_pool, values), sorted_pool.shape[0] - 1)
+    return sorted_pool[at] == values
 
 
 def _gather_vectors(
