@@ -5,6 +5,7 @@ fresh in-process index of the same files."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -22,7 +23,14 @@ from rifflux.search.service import SearchService
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 from rifflux.vectors import publish as publish_module
-from rifflux.vectors.segments import LOCK_NAME, StatKey, read_manifest, stat_key, vectors_dir
+from rifflux.vectors.segments import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    StatKey,
+    read_manifest,
+    stat_key,
+    vectors_dir,
+)
 
 QUERIES = ("kubernetes deployment best practices", "write unit tests for python code")
 
@@ -98,16 +106,14 @@ def settings(tmp_path: Path, docs: Path) -> Settings:
     return settings
 
 
-def test_a_job_that_changes_nothing_finishes_in_its_plan_and_reads_no_cache_file(
-    settings: Settings, docs: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    before = cache_files(settings)
+def forbid_cache_reads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Make reading a segment or listing the rows fail a publish; returns the list the
+    results of every publish from now on are appended to. (A failed publish is only
+    logged by finalize, so the test checks the results, not that the job completed.)"""
 
     def must_not_read(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a job that changed nothing read the vector cache's rows")
 
-    # Reading a segment or listing the rows would now fail the publish (and the test:
-    # finalize's publish would leave no "unchanged" answer and the check below fails).
     monkeypatch.setattr(publish_module, "load_segment", must_not_read)
     monkeypatch.setattr(publish_module, "list_rowids", must_not_read)
     results: list[object] = []
@@ -119,6 +125,14 @@ def test_a_job_that_changes_nothing_finishes_in_its_plan_and_reads_no_cache_file
         return result
 
     monkeypatch.setattr(publish_module, "publish", recording_publish)
+    return results
+
+
+def test_a_job_that_changes_nothing_finishes_in_its_plan_and_reads_no_cache_file(
+    settings: Settings, docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = cache_files(settings)
+    results = forbid_cache_reads(monkeypatch)
 
     record, outcome = run_job(settings, docs)
 
@@ -172,3 +186,29 @@ def test_one_edited_file_republishes_only_its_rows(
     assert service.counts()["vector_cache"]["state"] == "fresh"
     assert answers(service) == fresh_answers(tmp_path, docs)
     service.close()
+
+
+def test_a_manifest_without_stat_keys_gets_them_from_the_next_job_that_changes_nothing(
+    settings: Settings, docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older publisher's manifest: the first no-op job checks the cache in full and
+    records the stat keys, so the second one reads no cache file."""
+    directory = vectors_dir(settings.db_path)
+    manifest = directory / MANIFEST_NAME
+    data = json.loads(manifest.read_bytes())
+    del data["stat"]
+    manifest.write_text(json.dumps(data))
+
+    record, _ = run_job(settings, docs)
+
+    assert record.state == "completed"
+    found = read_manifest(directory)
+    assert found is not None and found[0].stamps
+    assert {name for name, _ in found[0].stamps} == found[0].files()
+
+    before = cache_files(settings)
+    results = forbid_cache_reads(monkeypatch)
+    record, outcome = run_job(settings, docs)
+    assert outcome.finalized and record.state == "completed"
+    assert [getattr(r, "action", None) for r in results] == ["unchanged"]
+    assert cache_files(settings) == before
