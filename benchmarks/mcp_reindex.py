@@ -11,7 +11,11 @@ Spawns ``rifflux serve`` (stdio) in a fresh directory with an empty index and ca
   read-only connection), confirmed afterwards by MCP lexical searches for a rare word
   of sampled files; and the time until the job completes with every vector in.
 
+``--timeline`` runs the server and its workers at log level INFO and reports when each
+phase started and ended (seconds after the ``reindex`` call), from their log lines.
+
     .venv/bin/python benchmarks/mcp_reindex.py --backend hash
+    .venv/bin/python benchmarks/mcp_reindex.py --backend hash --timeline
     .venv/bin/python benchmarks/mcp_reindex.py --backend onnx --background
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import platform
@@ -30,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -102,7 +107,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         **os.environ,
         "RIFFLUX_DB_PATH": str(db),
         "RIFFLUX_EMBEDDING_BACKEND": args.backend,
-        "RIFFLUX_LOG_LEVEL": "WARNING",
+        "RIFFLUX_LOG_LEVEL": "INFO" if args.timeline else "WARNING",
         "RIFFLUX_ALLOWED_ROOTS": str(corpus),
     }
     if args.workers:
@@ -111,14 +116,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         command=sys.executable, args=["-m", "rifflux.mcp", "--transport", "stdio"], env=env
     )
     report: dict[str, Any] = {"expected_files": expected_files(corpus)}
+    server_log: IO[str] = (work / "server.log").open("w") if args.timeline else sys.stderr
     try:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        async with (
+            stdio_client(params, errlog=server_log) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
             call = {"path": str(corpus), "background": args.background}
+            started_at = time.time()
             t0 = time.perf_counter()
             result = await session.call_tool("reindex", call)
             report["reindex_call_s"] = round(time.perf_counter() - t0, 3)
             assert not result.is_error, result.content
+            if args.timeline:
+                report["cpu_s"] = processes_cpu(db)
             if args.background:
                 await _follow(session, db, report, t0, args.stop_after_lexical)
             status = await session.call_tool("index_status", {})
@@ -129,9 +141,86 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             report["chunks"] = data.get("chunks")
             report["embeddings"] = data.get("embeddings")
+        if args.timeline:
+            server_log.close()
+            events = log_events(work / "server.log") + log_events(work / "workers.log")
+            report["timeline_s"] = timeline(events, started_at)
     finally:
+        if server_log is not sys.stderr:
+            server_log.close()
         shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def processes_cpu(db: Path) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the server and the worker processes it
+    started, found by the index path in their environment (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    marker = f"RIFFLUX_DB_PATH={db}".encode()
+    out: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        module = argv[argv.index(b"-m") + 1].decode() if b"-m" in argv else argv[0].decode()
+        roles = {"rifflux.mcp": "server", "rifflux.cli": "server", "workers.pool": "pool arbiter"}
+        role = roles.get(module, module)
+        name = f"{role} {entry.name}" if role == "workers.child" else role
+        out[name] = round((int(fields[11]) + int(fields[12])) / tick, 2)
+    out["total"] = round(sum(out.values()), 2)
+    return out
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    """The JSON log lines of a file that have an event and a timestamp."""
+    events = []
+    if not path.exists():
+        return events
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "event" in entry and "timestamp" in entry:
+            stamp = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+            entry["t"] = stamp.timestamp()
+            events.append(entry)
+    return events
+
+
+# (label, event, first or last occurrence) of the timeline, in the job's order.
+TIMELINE = (
+    ("local pool spawned", "workers.local_pool_started", "first"),
+    ("job submitted", "job.submitted", "first"),
+    ("pool arbiter running", "pool.starting", "first"),
+    ("first worker consuming", "worker.consuming", "first"),
+    ("last worker consuming", "worker.consuming", "last"),
+    ("plan done", "job.planned", "first"),
+    ("first batch chunked", "job.batch_chunked", "first"),
+    ("last batch chunked", "job.batch_chunked", "last"),
+    ("first batch embedded", "job.batch_embedded", "first"),
+    ("last batch embedded", "job.batch_embedded", "last"),
+    ("first vectors written", "job.batch_vectors_written", "first"),
+    ("last vectors written", "job.batch_vectors_written", "last"),
+    ("job finished (finalize done)", "job.finished", "first"),
+)
+
+
+def timeline(events: list[dict[str, Any]], started_at: float) -> dict[str, float | None]:
+    """Seconds after the ``reindex`` call at which each phase of :data:`TIMELINE` began or
+    ended (None if its log line is missing)."""
+    out: dict[str, float | None] = {}
+    for label, event, which in TIMELINE:
+        times = sorted(e["t"] for e in events if e["event"] == event)
+        at = (times[0] if which == "first" else times[-1]) if times else None
+        out[label] = None if at is None else round(at - started_at, 3)
+    return out
 
 
 async def _follow(
@@ -170,6 +259,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="default: RIFFLUX_WORKERS")
     parser.add_argument("--background", action="store_true")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--timeline", action="store_true", help="report when each phase began and ended"
+    )
     parser.add_argument(
         "--stop-after-lexical",
         action="store_true",

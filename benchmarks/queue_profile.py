@@ -5,6 +5,11 @@ another in this process, each message through its JSON wire encoding as a broker
 carry it, and reports CPU seconds per step (``time.process_time``) and per part of a
 step. CPU time, unlike wall time, is comparable on a shared machine.
 
+A connection to the index stays open for the whole run, as the front process's waiter
+keeps one while a job runs: SQLite checkpoints the whole WAL when the last connection
+to a database closes, which the steps of a real job never do (0.1-0.2 CPU-s here, and
+more in wall time).
+
     .venv/bin/python benchmarks/queue_profile.py --backend hash
 """
 
@@ -74,7 +79,6 @@ def profile(corpus: Path, backend: str) -> dict[str, Any]:
         job_id = jobs.create_job(
             conn, [str(corpus)], pipeline.job_options(settings, force=False, prune_missing=True)
         )
-        conn.close()
         db = str(settings.db_path)
         clock = Clock()
         chunks: list[ChunkRequest] = []
@@ -104,6 +108,7 @@ def profile(corpus: Path, backend: str) -> dict[str, Any]:
             lambda: pipeline.finalize(finalize_request(db, job_id)),
         )
         wall = time.perf_counter() - started
+        conn.close()
         assert record is not None and record.state == "completed", record
         return {
             "files": record.files_done,

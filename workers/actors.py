@@ -158,7 +158,7 @@ def embed_batch(message: dict[str, Any]) -> None:
 
 @dramatiq.actor(
     actor_name=names.WRITE_ACTOR,
-    queue_name=names.WRITE_QUEUE,
+    queue_name=names.PLAN_QUEUE,
     max_retries=8,
     time_limit=WRITE_TIME_LIMIT_MS,
     min_backoff=MIN_BACKOFF_MS,
@@ -166,7 +166,8 @@ def embed_batch(message: dict[str, Any]) -> None:
     throws=PERMANENT_ERRORS,
 )
 def write_batch(message: dict[str, Any]) -> None:
-    """The vector phase of a batch: attach its vectors and settle it."""
+    """The vector phase of a batch: attach its vectors and settle it (on the plan queue,
+    so that it does not wait for every chunk message of the job: see ``names``)."""
     request = VectorsRequest.from_dict(message)
     request = pipeline.with_retries(request, request.retries + _retries_so_far())
     if pipeline.write_vectors(request):

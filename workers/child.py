@@ -34,11 +34,10 @@ import structlog
 from dramatiq.middleware import Middleware
 
 from rifflux.queue.names import EMBED_QUEUE
+from workers.pool import EXIT_RECYCLE
 
 log = structlog.get_logger(__name__)
 
-EXIT_RECYCLE = 3
-"""Exit code of a child that stopped because it reached a recycling limit."""
 PARENT_CHECK_SECONDS = 1.0
 """How often the child checks that its pool is still its parent."""
 STOP_TIMEOUT_MS = 25_000
@@ -172,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         broker.add_middleware(EmbedPriority([workers[0]], args.embed_nice))
     for worker in workers:
         worker.start()
+    log.info("worker.consuming", pid=os.getpid(), queues=[list(q) for q, _ in split])
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)

@@ -9,7 +9,7 @@ and Celery's prefork pool. This process (the arbiter) starts N children
   consuming; the dead child's SQLite leases and worker
   heartbeats are handed back at once, so its messages move again in about a second
   instead of after the lease (measured in BENCHMARKS.md);
-- a child that exits with :data:`~workers.child.EXIT_RECYCLE` (it reached
+- a child that exits with :data:`EXIT_RECYCLE` (it reached
   ``RIFFLUX_WORKER_MAX_MESSAGES`` or ``RIFFLUX_WORKER_MAX_RSS_MB`` between two messages)
   is replaced at once and not counted as a crash;
 - a child that dies after it started consuming (an OOM kill, ``kill -9``) is replaced
@@ -26,6 +26,11 @@ and Celery's prefork pool. This process (the arbiter) starts N children
   it stops when that process is gone, even after its ``kill -9``, so a pool never
   outlives whoever started it. Children get ``PR_SET_PDEATHSIG`` from the arbiter, so
   they never outlive the arbiter either.
+
+The arbiter imports only what it needs to start its children (settings and logging);
+the broker modules, which load Dramatiq and numpy, are imported when a child dies. The
+arbiter's own boot comes before its children's, so it is on the path of every job that
+starts a pool: 0.28 → 0.14 CPU-s (BENCHMARKS.md, issue 13).
 """
 
 from __future__ import annotations
@@ -48,12 +53,12 @@ import structlog
 
 from rifflux.config import Settings
 from rifflux.logs import configure_logging
-from rifflux.queue.brokers import make_broker
-from rifflux.queue.presence import presence_store_for
-from rifflux.queue.sqlite_broker import SQLiteBroker
-from workers.child import EXIT_RECYCLE
 
 log = structlog.get_logger(__name__)
+
+EXIT_RECYCLE = 3
+"""Exit code of a child that stopped because it reached a recycling limit (set by
+:mod:`workers.child`, which imports it from here)."""
 
 POLL_SECONDS = 0.2
 """How often the arbiter looks for dead children and for its own parent."""
@@ -300,6 +305,10 @@ def forget_dead_child(settings: Settings) -> Callable[[int], None]:
     hostname = socket.gethostname()
 
     def forget(pid: int) -> None:
+        from rifflux.queue.brokers import make_broker
+        from rifflux.queue.presence import presence_store_for
+        from rifflux.queue.sqlite_broker import SQLiteBroker
+
         broker = make_broker(settings.resolved_broker_url)
         try:
             if isinstance(broker, SQLiteBroker):

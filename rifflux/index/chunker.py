@@ -1,8 +1,10 @@
 """Heading-aware chunking of markdown and plain text into retrieval-sized pieces.
 
-Markdown is parsed once into block tokens (markdown-it-py) and every chunk is a slice of the
-source text (newlines normalised to ``\\n``), so what we index is what the author wrote, not a
-re-rendering. The rules, in the order they apply:
+Markdown's block structure is found once, as markdown-it-py's block parser finds it (by the
+faster ``blocks.scan``, which re-implements its rules, or by markdown-it itself when the
+scan is unsure), and every chunk is a slice of the source text (newlines normalised to
+``\\n``), so what we index is what the author wrote, not a re-rendering. The rules, in the
+order they apply:
 
 - a section starts at every top-level heading (ATX or setext) and carries the breadcrumb of the
   headings above it; YAML (``---``) or TOML (``+++``) front matter is kept as text, never parsed;
@@ -26,7 +28,9 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from markdown_it import MarkdownIt
-from markdown_it.token import Token
+
+from rifflux.index import blocks as block_scan
+from rifflux.index.blocks import CODE, HEADING, OTHER, TABLE, Opener
 
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})
 """Lower-cased file suffixes chunked as markdown; every other file is chunked as plain text."""
@@ -39,7 +43,11 @@ HEADING_SEPARATOR = " > "
 # paragraphs with a line map, rather than tokenless lines absorbed into the block before them.
 _MD = MarkdownIt("commonmark").enable("table").disable(["inline", "text_join", "reference"])
 
-_CODE_TOKENS = frozenset({"fence", "code_block"})
+FAST_BLOCK_SCAN = True
+"""Find block structure with ``blocks.scan`` (markdown-it's algorithm without its token
+stream, ~4x less CPU) rather than markdown-it; tests turn it off to compare the two."""
+
+_OPENER_KINDS = {"heading_open": HEADING, "fence": CODE, "code_block": CODE, "table_open": TABLE}
 _FRONT_MATTER = re.compile(r"\A(---|\+\+\+)[ \t]*\n(?P<body>(?:.*?\n)?)\1[ \t]*(?:\n|\Z)", re.S)
 _FRONT_MATTER_TITLE = re.compile(r"^title[ \t]*[:=][ \t]*(.*?)[ \t]*$", re.M)
 _NEWLINES = re.compile(r"\r\n?")
@@ -88,8 +96,8 @@ class _Block(NamedTuple):
 
     lo: int  # first line
     hi: int  # one past the last line
-    tok: int  # index of the opening token; -1 for front matter
-    tok_end: int  # index of the next top-level token
+    tok: int  # index of the opener; -1 for front matter
+    tok_end: int  # index of the next top-level opener
 
 
 class _Mark(NamedTuple):
@@ -103,11 +111,12 @@ class _Mark(NamedTuple):
 class _Lines:
     """Source text with line start offsets, to turn token line maps into character spans."""
 
-    __slots__ = ("count", "src", "starts")
+    __slots__ = ("count", "parts", "src", "starts")
 
     def __init__(self, src: str) -> None:
         self.src = src
-        starts = list(accumulate((len(line) + 1 for line in src.split("\n")), initial=0))
+        self.parts = src.split("\n")  # also the block scan's lines
+        starts = list(accumulate((len(line) + 1 for line in self.parts), initial=0))
         starts[-1] = len(src)  # the last line has no newline to step over
         self.starts = starts
         self.count = len(starts) - 1
@@ -131,23 +140,18 @@ def chunk_markdown(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
     if not src.strip():
         return []
     lines = _Lines(src)
-    parse_src, body_line, title = src, 0, ""
+    body_line, title = 0, ""
     front = _FRONT_MATTER.match(src)
     if front:
         newlines = front.group(0).count("\n")
-        # Blank lines in place of the front matter keep token line maps aligned with `src`.
-        parse_src = "\n" * newlines + src[front.end() :]
         body_line = newlines if front.group(0).endswith("\n") else newlines + 1
         title = _front_matter_title(front.group("body"))
-    tokens = _MD.parse(parse_src)
-    blocks = _top_level_blocks(tokens, body_line, lines.count)
-    sections = _sections(tokens, blocks, title)
-    if body_line:
-        sections[0][1].insert(0, _Block(0, body_line, -1, -1))
+    openers = _openers(lines, body_line, front.end() if front else 0)
+    tops = _Tops(openers, body_line, lines.count)
     drafts = [
         draft
-        for path, section_blocks in sections
-        for draft in _section_drafts(lines, tokens, section_blocks, path, max_chars)
+        for number, (path, first, end) in enumerate(_sections(tops, title))
+        for draft in _section_drafts(lines, tops, first, end, path, max_chars, number == 0)
     ]
     return _chunks(src, _merge_small(drafts, max_chars, min_chars))
 
@@ -213,39 +217,78 @@ def _front_matter_title(body: str) -> str:
     return match.group(1).strip("'\"").strip() if match else ""
 
 
-def _top_level_blocks(tokens: Sequence[Token], first_line: int, line_count: int) -> list[_Block]:
-    starts = [
-        (token.map[0], index)
+def _openers(lines: _Lines, body_line: int, body_start: int) -> list[Opener]:
+    """Every opening block token with a line map, but ``inline``, in stream order, for the
+    text from line ``body_line`` (offset ``body_start``) on: front matter is not markdown."""
+    src = lines.src
+    if FAST_BLOCK_SCAN and block_scan.enabled():
+        try:
+            # No block rule looks back, so the scan can start at the body's first line.
+            return block_scan.scan(src, body_line, lines.parts)
+        except block_scan.Unsure:
+            pass  # markdown-it below decides
+    if body_line:
+        # Blank lines in place of the front matter keep token line maps aligned with `src`.
+        src = "\n" * src.count("\n", 0, body_start) + src[body_start:]
+    tokens = _MD.parse(src)
+    return [
+        (token.map[0], token.level, kind, int(token.tag[1]), tokens[index + 1].content)
+        if (kind := _OPENER_KINDS.get(token.type, OTHER)) == HEADING
+        else (token.map[0], token.level, kind, 0, "")
         for index, token in enumerate(tokens)
-        if token.level == 0 and token.nesting != -1 and token.map
+        if token.nesting != -1 and token.map and token.type != "inline"
     ]
-    blocks = []
-    for k, (line, index) in enumerate(starts):
-        hi, tok_end = starts[k + 1] if k + 1 < len(starts) else (line_count, len(tokens))
-        # The first block also owns any leading lines, so no source line is left unowned.
-        blocks.append(_Block(first_line if k == 0 else line, hi, index, tok_end))
-    return blocks
 
 
-def _sections(
-    tokens: Sequence[Token], blocks: list[_Block], title: str
-) -> list[tuple[str, list[_Block]]]:
-    """Group blocks under their headings: the preamble first, then one section per heading."""
-    headings = [tokens[block.tok] for block in blocks if tokens[block.tok].type == "heading_open"]
+class _Tops:
+    """The top-level blocks: the openers at level 0, each owning the lines up to the next.
+
+    Blocks are made (``block``) only for a section too large to be one chunk: most are not.
+    """
+
+    __slots__ = ("body_line", "index", "line_count", "openers")
+
+    def __init__(self, openers: list[Opener], body_line: int, line_count: int) -> None:
+        self.openers = openers
+        self.index = [k for k, opener in enumerate(openers) if opener[1] == 0]
+        self.body_line = body_line
+        self.line_count = line_count
+
+    def lo(self, k: int) -> int:
+        # The first block also owns any leading lines, so no source line is left unowned;
+        # with front matter, the front matter block owns it (``front``).
+        return self.body_line if k == 0 else self.openers[self.index[k]][0]
+
+    def hi(self, k: int) -> int:
+        return self.openers[self.index[k + 1]][0] if k + 1 < len(self.index) else self.line_count
+
+    def block(self, k: int) -> _Block:
+        end = self.index[k + 1] if k + 1 < len(self.index) else len(self.openers)
+        return _Block(self.lo(k), self.hi(k), self.index[k], end)
+
+    def front(self) -> _Block | None:
+        return _Block(0, self.body_line, -1, -1) if self.body_line else None
+
+
+def _sections(tops: _Tops, title: str) -> list[tuple[str, int, int]]:
+    """Group top-level blocks under their headings: ``(path, first, end)`` ranges of block
+    numbers, the preamble first (possibly empty), then one section per heading."""
+    openers = tops.openers
     # A front matter title names the document only when no H1 does.
-    has_h1 = any(heading.tag == "h1" for heading in headings)
+    has_h1 = any(openers[i][2] == HEADING and openers[i][3] == 1 for i in tops.index)
     stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
-    sections: list[tuple[str, list[_Block]]] = [(_breadcrumb(stack), [])]
-    for block in blocks:
-        token = tokens[block.tok]
-        if token.type != "heading_open":
-            sections[-1][1].append(block)
+    sections: list[tuple[str, int, int]] = []
+    path, first = _breadcrumb(stack), 0
+    for k, index in enumerate(tops.index):
+        _, _, kind, level, text = openers[index]
+        if kind != HEADING:
             continue
-        level = int(token.tag[1])
+        sections.append((path, first, k))
         while stack and stack[-1][0] >= level:
             stack.pop()
-        stack.append((level, " ".join(tokens[block.tok + 1].content.split())))
-        sections.append((_breadcrumb(stack), [block]))
+        stack.append((level, " ".join(text.split())))
+        path, first = _breadcrumb(stack), k
+    sections.append((path, first, len(tops.index)))
     return sections
 
 
@@ -254,21 +297,32 @@ def _breadcrumb(stack: list[tuple[int, str]]) -> str:
 
 
 def _section_drafts(
-    lines: _Lines, tokens: Sequence[Token], blocks: list[_Block], path: str, max_chars: int
+    lines: _Lines, tops: _Tops, first: int, end: int, path: str, max_chars: int, preamble: bool
 ) -> list[_Draft]:
-    if not blocks:
+    """Drafts of the section made of top-level blocks ``[first, end)``, and of the front
+    matter if it is the ``preamble``."""
+    front = tops.front() if preamble else None
+    if end > first:
+        hi = tops.hi(end - 1)
+    elif front is not None:
+        hi = front.hi
+    else:
         return []
-    whole = lines.span(blocks[0].lo, blocks[-1].hi)
+    whole = lines.span(0 if front else tops.lo(first), hi)
     if whole is None:
         return []
     if whole[1] - whole[0] <= max_chars:
         return [_Draft(*whole, "", path)]
+    openers = tops.openers
+    blocks = [tops.block(k) for k in range(first, end)]
+    if front:
+        blocks.insert(0, front)
     atoms: list[_Atom] = []
     for block in blocks:
         span = lines.span(block.lo, block.hi)
         if span is None:
             continue
-        is_heading = block.tok >= 0 and tokens[block.tok].type == "heading_open"
+        is_heading = block.tok >= 0 and openers[block.tok][2] == HEADING
         if not atoms and is_heading and span[1] - span[0] <= max_chars // 2:
             atoms.append(_Atom(*span, sticky=True))
             continue
@@ -281,12 +335,12 @@ def _section_drafts(
                 limit -= lead_in
             else:
                 atoms[0] = atoms[0]._replace(sticky=False)
-        atoms += _block_atoms(lines, tokens, block, span, limit)
+        atoms += _block_atoms(lines, openers, block, span, limit)
     return _pack(atoms, max_chars, path)
 
 
 def _block_atoms(
-    lines: _Lines, tokens: Sequence[Token], block: _Block, span: tuple[int, int], limit: int
+    lines: _Lines, openers: Sequence[Opener], block: _Block, span: tuple[int, int], limit: int
 ) -> list[_Atom]:
     start, end = span
     if end - start <= limit:
@@ -294,15 +348,14 @@ def _block_atoms(
     if block.tok < 0:  # front matter: split between its lines
         marks = [_Mark(line, 1, False) for line in range(block.lo, block.hi)]
         return _split_lines(lines, block.lo, block.hi, marks, 1, limit)
-    token = tokens[block.tok]
-    if token.type in _CODE_TOKENS:
+    line, _, kind, _, _ = openers[block.tok]
+    if kind == CODE:
         return [_Atom(start, end, atomic=True)]
-    if token.type == "table_open" and token.map:
-        return _table_atoms(lines, block, token.map[0], limit)
+    if kind == TABLE:
+        return _table_atoms(lines, block, line, limit)
     marks = [
-        _Mark(inner.map[0], inner.level, inner.type in _CODE_TOKENS)
-        for inner in tokens[block.tok + 1 : block.tok_end]
-        if inner.nesting != -1 and inner.map and inner.type != "inline"
+        _Mark(inner[0], inner[1], inner[2] == CODE)
+        for inner in openers[block.tok + 1 : block.tok_end]
     ]
     return _split_lines(lines, block.lo, block.hi, marks, 1, limit)
 

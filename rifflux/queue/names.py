@@ -3,8 +3,13 @@ and the plan message that starts a job.
 
 plan and write run where the index database lives; embed runs on any host. An
 embed-only host starts its workers with ``--queues rifflux_embed``. The write queue
-carries both phases of a batch on the index host: ``chunk_batch`` (chunk and write the
-keyword-searchable rows) and ``write_batch`` (attach the vectors).
+carries the lexical phase of a batch (``chunk_batch``: chunk and write the
+keyword-searchable rows); the plan queue carries the job's own steps (``plan_job``,
+``finalize_job``) and the vector phase (``write_batch``: attach the vectors). A plan
+enqueues every batch's chunk message at once, so a vector write on the write queue
+waited behind all of them: every batch's vectors landed in a serial tail after the last
+batch was chunked (1.4-2.3 s of a 10-12 s hash-embedder job of awesome-copilot, 0.4-0.7 s
+with the vector phase on the plan queue; BENCHMARKS.md, issue 13).
 """
 
 from dramatiq import Message

@@ -126,6 +126,15 @@ def test_oversized_front_matter_is_split_between_lines() -> None:
     assert paths(chunks)[-1] == "Title"
 
 
+def test_front_matter_stays_out_of_a_heading_right_below_it() -> None:
+    chunks = md("---\ntitle: T\n---\n# A\n\ntext one\n\n## B\n\nmore text\n", max_chars=20)
+    assert [(chunk.heading_path, chunk.content) for chunk in chunks] == [
+        ("", "---\ntitle: T\n---"),
+        ("A", "# A\n\ntext one"),
+        ("A > B", "## B\n\nmore text"),
+    ]
+
+
 # --- code fences -----------------------------------------------------------------------------
 
 

@@ -1,0 +1,746 @@
+"""A fast block scan of markdown: where each block starts, its nesting level and its kind.
+
+The chunker needs only the block structure of a document, never its rendering: the line
+where every block opens, how deeply it is nested, whether it is a heading (and the heading's
+text when it is top-level), code or a table. markdown-it-py's block parser gives exactly
+that, but it builds a full token stream (a Token object and a content string per block,
+up to eleven rule calls and a log call per line) and was ~90 % of chunking: 2.7 of 3.0
+CPU-seconds for awesome-copilot's 1,727 files. This scan takes 0.48 s of the 0.75 s the
+chunker now needs (BENCHMARKS.md, "A faster block scan (issue 13)").
+
+This module re-implements markdown-it's block algorithm for the ``commonmark`` preset with
+tables enabled and ``reference`` disabled (the chunker's parser) and emits only what the
+chunker reads. Invariants:
+
+- **The same structure as markdown-it, by construction.** The scan follows markdown-it-py
+  ``MIRRORED_VERSION`` rule for rule: the same line arrays (``bMarks``, ``eMarks``,
+  ``tShift``, ``sCount``, ``bsCount``), the same rule order, the same terminator sets, the
+  same state (``blkIndent``, ``listIndent``, ``parentType``, ``lineMax``) saved and
+  restored at the same points, quirks included (a failed setext heading leaves
+  ``parentType`` as "paragraph"; a blockquote's lazy lines get ``sCount`` -1). Every
+  opener is one opening token markdown-it would emit with a line map (``inline`` tokens
+  excluded), in stream order, with its ``map[0]`` and ``level``. Only the ``tight`` flag
+  of lists is not kept: it hides paragraphs, it never moves them.
+- **No rule looks back**, so a scan may start at any line as if those before it were
+  blank: the chunker starts below the front matter instead of blanking it.
+- **What differs is cost, not behaviour:** no Token objects, no content strings except a
+  top-level heading's text, a first-character test before each rule, and table cells
+  counted without splitting them.
+- **Unsure means fall back.** :func:`scan` raises :class:`Unsure` for input it does not
+  model (a NUL character, which markdown-it rewrites before parsing; nesting deeper than
+  markdown-it's ``maxNesting``, where it stops parsing; another markdown-it-py version);
+  the caller then parses the file with markdown-it.
+- Differential tests (``tests/index/test_blocks.py``) compare the openers and the chunks
+  of the two paths on the vendored awesome-copilot agents and on generated markdown, and
+  ``benchmarks/chunk_speed.py --check`` on every awesome-copilot file and a sample of the
+  scale corpus; a test also pins the chunker's parser configuration this scan assumes.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+
+import markdown_it
+from markdown_it.common.utils import mdTrim
+from markdown_it.rules_block.html_block import HTML_SEQUENCES
+from markdown_it.rules_block.table import MAX_AUTOCOMPLETED_CELLS, headerLineRe
+
+MIRRORED_VERSION = "4.3.0"
+"""The markdown-it-py release whose block rules this module mirrors; others fall back."""
+
+MAX_NESTING = 20
+"""markdown-it's ``maxNesting`` in the commonmark preset; deeper input falls back."""
+
+OTHER, HEADING, CODE, TABLE = range(4)
+"""Opener kinds: code is ``fence`` or ``code_block``; a table is its ``table_open``."""
+
+_DELIMITER_ROW_REST = re.compile(r"[-:| \t]*")
+_ORDERED_MARKER = re.compile(r"[0-9]{1,9}[.)]")
+_HEADING_MARKER = re.compile(r"#{1,6}(?![^ \t])")
+_HR = re.compile(r"([-*_])(?:[ \t]*\1){2,}[ \t]*")
+_OPENING_CHARS = frozenset("`~>*-_+0123456789<#")  # what fence ... heading start with
+_SPACES = " \t"  # markdown-it's isStrSpace
+
+
+Opener = tuple[int, int, int, int, str]
+"""An opening block token with a line map, as markdown-it would emit it: ``(line, level, kind,
+heading, text)``, its ``map[0]``, nesting level, kind (OTHER, HEADING, CODE, TABLE), heading
+level (1-6, else 0) and a top-level heading's inline content (else ""). A plain tuple: a
+NamedTuple's constructor cost ~15 % of the scan."""
+
+
+class Unsure(Exception):
+    """The scan does not model this input exactly; parse it with markdown-it instead."""
+
+
+def enabled() -> bool:
+    """Whether the installed markdown-it-py is the release this scan mirrors."""
+    return markdown_it.__version__ == MIRRORED_VERSION
+
+
+def scan(src: str, first_line: int = 0, lines: list[str] | None = None) -> list[Opener]:
+    """The openers markdown-it's block parser would emit for ``src`` (newlines ``\\n``),
+    from line ``first_line`` on, as if the lines before it were blank; ``lines`` is
+    ``src.split("\\n")`` if the caller has it."""
+    if "\0" in src:
+        raise Unsure("NUL characters are rewritten by markdown-it before parsing")
+    parser = _Parser(src, src.split("\n") if lines is None else lines)
+    parser.tokenize(first_line, parser.line_max)
+    return parser.out
+
+
+def _column_count(text: str) -> int:
+    """Cells in a table row, as markdown-it's ``escapedSplit`` and edge trimming count them.
+
+    A pipe is escaped when the character before it is a backslash, so the cells are the
+    unescaped pipes plus one, less an empty first cell (a leading pipe) and an empty last
+    cell (a trailing unescaped pipe).
+    """
+    count = text.count("|") - text.count("\\|") + 1
+    if text.startswith("|"):
+        count -= 1
+    if count and text.endswith("|") and not text.endswith("\\|"):
+        count -= 1
+    return count
+
+
+class _Parser:
+    """markdown-it's ``StateBlock`` and block rules, emitting openers instead of tokens."""
+
+    def __init__(self, src: str, parts: list[str]) -> None:
+        self.src = src
+        if not parts[-1].strip(_SPACES):
+            # markdown-it gives a final line of only spaces and tabs (or nothing) no marker.
+            parts = parts[:-1]
+        bmarks: list[int] = []
+        emarks: list[int] = []
+        tshift: list[int] = []
+        scount: list[int] = []
+        start = 0
+        for part in parts:
+            indent = len(part) - len(part.lstrip(_SPACES))
+            offset = indent
+            if indent and "\t" in part[:indent]:
+                offset = 0
+                for char in part[:indent]:
+                    offset += 4 - offset % 4 if char == "\t" else 1
+            end = start + len(part)
+            bmarks.append(start)
+            emarks.append(end)
+            tshift.append(indent)
+            scount.append(offset)
+            start = end + 1
+        length = len(src)
+        self.line_max = len(parts)
+        # The fake line past the end that markdown-it appends to simplify bounds checks.
+        bmarks.append(length)
+        emarks.append(length)
+        tshift.append(0)
+        scount.append(0)
+        self.b = bmarks
+        self.e = emarks
+        self.ts = tshift
+        self.sc = scount
+        self.bs = [0] * len(bmarks)
+        self.blk = 0
+        self.list_indent = -1
+        self.parent = "root"
+        self.level = 0
+        self.line = 0
+        self.quotes = 0  # blockquotes open: their lines' marks are shifted
+        self.out: list[Opener] = []
+
+    # -- helpers (StateBlock) ---------------------------------------------------------------
+
+    def is_empty(self, line: int) -> bool:
+        return self.b[line] + self.ts[line] >= self.e[line]
+
+    def is_code(self, line: int) -> bool:
+        return self.sc[line] - self.blk >= 4
+
+    def first_char(self, line: int) -> str:
+        pos = self.b[line] + self.ts[line]
+        return self.src[pos] if pos < len(self.src) else "\n"  # past the end: no rule matches
+
+    # -- ParserBlock.tokenize ---------------------------------------------------------------
+
+    def tokenize(self, start: int, end: int) -> None:
+        """ParserBlock.tokenize, with the rule chain inlined: at each line the first rule
+        that matches, in markdown-it's order, each guarded by the first character it needs.
+        """
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        line_max = self.line_max
+        line = start
+        while line < end:
+            while line < line_max and b[line] + ts[line] >= e[line]:
+                line += 1  # skipEmptyLines
+            self.line = line
+            if line >= end:
+                break
+            if sc[line] < self.blk:
+                break
+            if self.level >= MAX_NESTING:
+                raise Unsure("nesting deeper than markdown-it's maxNesting")
+            pos, limit = b[line] + ts[line], e[line]
+            char = src[pos]
+            if not (
+                (src.find("|", pos, limit) >= 0 and self.table(line, end, silent=False))
+                or (sc[line] - self.blk >= 4 and self.code(line, end))
+                or (char in "`~" and self.fence(line, end, silent=False))
+                or (char == ">" and self.blockquote(line, end))
+                or (char in "*-_" and self.thematic_break(line, pos, limit))
+                or ((char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=False))
+                or (char == "<" and self.html_block(line, end, silent=False))
+                or (char == "#" and self.heading(line, silent=False))
+            ):
+                self.paragraph(line, end)
+            line = self.line
+            if line < end and b[line] + ts[line] >= e[line]:
+                line += 1
+                self.line = line
+
+    # -- terminator sets (markdown-it's "alt" chains, in rule order) ------------------------
+
+    def ends_paragraph(self, line: int, end: int) -> bool:
+        """table, fence, blockquote, hr, list, html_block, heading."""
+        src = self.src
+        pos = self.b[line] + self.ts[line]
+        if src.find("|", pos, self.e[line]) >= 0 and self.table(line, end, silent=True):
+            return True
+        char = src[pos] if pos < len(src) else "\n"
+        # Most lines start with a character none of the other rules opens with.
+        return char in _OPENING_CHARS and self.ends_blockquote(line, end, char)
+
+    def ends_blockquote(self, line: int, end: int, char: str | None = None) -> bool:
+        """fence, blockquote, hr, list, html_block, heading (also ends table rows)."""
+        if char is None:
+            char = self.first_char(line)
+        if char in "`~":
+            return self.fence(line, end, silent=True)
+        if char == ">":
+            return not self.is_code(line)
+        if char in "*-_" and self.hr(line):
+            return True
+        if char in "*-+" or "0" <= char <= "9":
+            return self.list(line, end, silent=True)
+        if char == "<":
+            return self.html_block(line, end, silent=True)
+        if char == "#":
+            return self.heading(line, silent=True)
+        return False
+
+    def ends_list(self, line: int, end: int) -> bool:
+        """fence, blockquote, hr."""
+        char = self.first_char(line)
+        if char in "`~":
+            return self.fence(line, end, silent=True)
+        if char == ">":
+            return not self.is_code(line)
+        if char in "*-_":
+            return self.hr(line)
+        return False
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def table(self, start: int, end: int, *, silent: bool) -> bool:
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        # The header row must hold a pipe: tested first as it is the cheapest condition.
+        if src.find("|", b[start] + ts[start], e[start]) < 0:
+            return False
+        if start + 2 > end:
+            return False
+        delimiter = start + 1
+        if sc[delimiter] < self.blk or self.is_code(delimiter):
+            return False
+        pos, limit = b[delimiter] + ts[delimiter], e[delimiter]
+        if pos + 1 >= limit:
+            return False
+        first, second = src[pos], src[pos + 1]
+        if first not in "|-:" or (second not in "|-:" and second not in _SPACES):
+            return False
+        if first == "-" and second in _SPACES:
+            return False
+        if not _DELIMITER_ROW_REST.fullmatch(src, pos + 2, limit):
+            return False
+        columns = src[pos:limit].split("|")
+        aligns = 0
+        for i, column in enumerate(columns):
+            cell = mdTrim(column)
+            if not cell:
+                if i == 0 or i == len(columns) - 1:
+                    continue
+                return False
+            if not headerLineRe.search(cell):
+                return False
+            aligns += 1
+        if self.is_code(start):
+            return False
+        column_count = _column_count(mdTrim(src[b[start] + ts[start] : e[start]]))
+        if column_count == 0 or column_count != aligns:
+            return False
+        if silent:
+            return True
+
+        old_parent, self.parent = self.parent, "table"
+        level, out = self.level, self.out
+        out.append((start, level, TABLE, 0, ""))
+        out.append((start, level + 1, OTHER, 0, ""))  # thead
+        out.append((start, level + 2, OTHER, 0, ""))  # tr
+        autocompleted = 0
+        line = start + 2
+        while line < end:
+            if sc[line] < self.blk:
+                break
+            if self.ends_blockquote(line, end):
+                break
+            text = mdTrim(src[b[line] + ts[line] : e[line]])
+            if not text:
+                break
+            if self.is_code(line):
+                break
+            autocompleted += column_count - _column_count(text)
+            if autocompleted > MAX_AUTOCOMPLETED_CELLS:
+                break
+            if line == start + 2:
+                out.append((line, level + 1, OTHER, 0, ""))  # tbody
+            out.append((line, level + 2, OTHER, 0, ""))  # tr
+            line += 1
+        self.parent = old_parent
+        self.line = line
+        return True
+
+    def code(self, start: int, end: int) -> bool:
+        last = line = start + 1
+        while line < end:
+            if self.is_empty(line):
+                line += 1
+                continue
+            if self.is_code(line):
+                line += 1
+                last = line
+                continue
+            break
+        self.line = last
+        self.out.append((start, self.level, CODE, 0, ""))
+        return True
+
+    def fence(self, start: int, end: int, *, silent: bool) -> bool:
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        pos, limit = b[start] + ts[start], e[start]
+        if self.is_code(start) or pos + 3 > limit:
+            return False
+        marker = src[pos]
+        if marker not in "~`":
+            return False
+        run_end = pos
+        while run_end < limit and src[run_end] == marker:
+            run_end += 1
+        length = run_end - pos
+        if length < 3:
+            return False
+        if marker == "`" and src.find("`", run_end, limit) >= 0:
+            return False
+        if silent:
+            return True
+
+        if self.blk == 0 and not self.quotes:
+            # Outside lists and quotes no line ends a fence but its closing line: find the
+            # candidates with str.find instead of a Python step per line.
+            self.line = self.fence_end(start, end, marker, length)
+            self.out.append((start, self.level, CODE, 0, ""))
+            return True
+        closed = False
+        line = start
+        size = len(src)
+        blk = self.blk
+        while True:
+            line += 1
+            if line >= end:
+                break  # an unclosed fence runs to the end of the document (or its parent)
+            pos, limit = b[line] + ts[line], e[line]
+            if pos < limit and sc[line] < blk:
+                break  # a non-empty line outdented from the enclosing list item
+            if pos >= size:
+                break
+            if src[pos] != marker:
+                continue
+            if sc[line] - blk >= 4:
+                continue
+            run_end = pos
+            while run_end < limit and src[run_end] == marker:
+                run_end += 1
+            if run_end - pos < length:
+                continue
+            while run_end < limit and src[run_end] in _SPACES:
+                run_end += 1
+            if run_end < limit:
+                continue
+            closed = True
+            break
+        self.line = line + 1 if closed else line
+        self.out.append((start, self.level, CODE, 0, ""))
+        return True
+
+    def fence_end(self, start: int, end: int, marker: str, length: int) -> int:
+        """The line after a top-level fence: past its closing line, else ``end``.
+
+        A closing line holds a run of at least ``length`` markers, so ``str.find`` (memchr
+        fast; a multiline regex took twice as long) jumps to the candidate lines; a line
+        closes the fence if the run is its first non-space text, not indented as code, and
+        followed by spaces only. A line whose first run fails cannot close it further on.
+        """
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        needle = marker * length
+        pos, stop = b[start + 1], b[end]
+        while True:
+            found = src.find(needle, pos, stop)
+            if found < 0:
+                return end
+            line = bisect_right(b, found, start + 1, end) - 1
+            limit = e[line]
+            if found == b[line] + ts[line] and sc[line] < 4:
+                run_end = found + length
+                while run_end < limit and src[run_end] == marker:
+                    run_end += 1
+                if not src[run_end:limit].strip(_SPACES):
+                    return line + 1
+            pos = limit + 1
+
+    def blockquote(self, start: int, end: int) -> bool:
+        """markdown-it's blockquote rule (not silent: as a terminator only its first test
+        counts, which the terminator sets inline)."""
+        src, b, e, ts, sc, bs = self.src, self.b, self.e, self.ts, self.sc, self.bs
+        old_line_max = self.line_max
+        if self.is_code(start) or self.first_char(start) != ">":
+            return False
+        size = len(src)
+
+        old_b: list[int] = []
+        old_bs: list[int] = []
+        old_sc: list[int] = []
+        old_ts: list[int] = []
+
+        def enter(line: int) -> bool:
+            """Move line ``line`` past its ``>`` and one optional space; True if the rest
+            is empty (markdown-it's ``lastLineEmpty``)."""
+            pos = b[line] + ts[line] + 1
+            limit = e[line]
+            initial = offset = sc[line] + 1
+            following = src[pos] if pos < size else None
+            adjust_tab = False
+            if following == " ":
+                pos += 1
+                initial += 1
+                offset += 1
+                space_after_marker = True
+            elif following == "\t":
+                space_after_marker = True
+                if (bs[line] + offset) % 4 == 3:
+                    pos += 1
+                    initial += 1
+                    offset += 1
+                else:
+                    adjust_tab = True
+            else:
+                space_after_marker = False
+            old_b.append(b[line])
+            b[line] = pos
+            while pos < limit:
+                char = src[pos]
+                if char == "\t":
+                    offset += 4 - (offset + bs[line] + (1 if adjust_tab else 0)) % 4
+                elif char == " ":
+                    offset += 1
+                else:
+                    break
+                pos += 1
+            old_bs.append(bs[line])
+            bs[line] = sc[line] + 1 + (1 if space_after_marker else 0)
+            old_sc.append(sc[line])
+            sc[line] = offset - initial
+            old_ts.append(ts[line])
+            ts[line] = pos - b[line]
+            return pos >= limit
+
+        last_line_empty = enter(start)
+        old_parent, self.parent = self.parent, "blockquote"
+        line = start + 1
+        while line < end:
+            outdented = sc[line] < self.blk
+            pos, limit = b[line] + ts[line], e[line]
+            if pos >= limit:
+                break  # an empty line ends the quote
+            if src[pos] == ">" and not outdented:
+                last_line_empty = enter(line)
+                line += 1
+                continue
+            if last_line_empty:
+                break
+            if self.ends_blockquote(line, end):
+                # Hard termination: paragraphs inside must not look past this line.
+                self.line_max = line
+                if self.blk != 0:
+                    old_b.append(b[line])
+                    old_bs.append(bs[line])
+                    old_ts.append(ts[line])
+                    old_sc.append(sc[line])
+                    sc[line] -= self.blk
+                break
+            old_b.append(b[line])
+            old_bs.append(bs[line])
+            old_ts.append(ts[line])
+            old_sc.append(sc[line])
+            sc[line] = -1  # a lazy continuation line
+            line += 1
+
+        old_indent, self.blk = self.blk, 0
+        self.out.append((start, self.level, OTHER, 0, ""))
+        self.level += 1
+        self.quotes += 1
+        self.tokenize(start, line)
+        self.quotes -= 1
+        self.level -= 1
+        self.line_max = old_line_max
+        self.parent = old_parent
+        for i, tshift in enumerate(old_ts):
+            b[start + i] = old_b[i]
+            ts[start + i] = tshift
+            sc[start + i] = old_sc[i]
+            bs[start + i] = old_bs[i]
+        self.blk = old_indent
+        return True
+
+    def thematic_break(self, start: int, pos: int, limit: int) -> bool:
+        """The hr rule; ``tokenize`` has checked that ``start`` is not code."""
+        if _HR.fullmatch(self.src, pos, limit) is None:
+            return False
+        self.line = start + 1
+        self.out.append((start, self.level, OTHER, 0, ""))
+        return True
+
+    def hr(self, start: int) -> bool:
+        """The hr rule as a terminator."""
+        if self.sc[start] - self.blk >= 4:
+            return False
+        # Three or more of one marker, with only spaces and tabs around and between them.
+        return _HR.fullmatch(self.src, self.b[start] + self.ts[start], self.e[start]) is not None
+
+    def bullet_marker(self, line: int) -> int:
+        src = self.src
+        pos = self.b[line] + self.ts[line]
+        if pos >= len(src) or src[pos] not in "*-+":
+            return -1
+        pos += 1
+        if pos < self.e[line] and src[pos] not in _SPACES:
+            return -1
+        return pos
+
+    def ordered_marker(self, line: int) -> int:
+        limit = self.e[line]
+        match = _ORDERED_MARKER.match(self.src, self.b[line] + self.ts[line], limit)
+        if match is None:
+            return -1
+        pos = match.end()
+        if pos < limit and self.src[pos] not in _SPACES:
+            return -1
+        return pos
+
+    def list(self, start: int, end: int, *, silent: bool) -> bool:
+        src, b, e, ts, sc, bs = self.src, self.b, self.e, self.ts, self.sc, self.bs
+        count, blk = sc[start], self.blk
+        if count - blk >= 4:
+            return False
+        if self.list_indent >= 0 and count - self.list_indent >= 4 and count < blk:
+            return False
+        first = b[start] + ts[start]
+        ordered = "0" <= src[first] <= "9" if first < len(src) else False
+        after = self.ordered_marker(start) if ordered else self.bullet_marker(start)
+        if after < 0:
+            return False
+        if silent:
+            if self.parent == "paragraph" and count >= blk:
+                # Interrupting a paragraph: an ordered list must start at 1, and no list
+                # may start with an empty item.
+                if ordered and int(src[first : after - 1]) != 1:
+                    return False
+                if not src[after : e[start]].strip(_SPACES):
+                    return False
+            return True
+        marker_char = src[after - 1]
+
+        self.out.append((start, self.level, OTHER, 0, ""))
+        self.level += 1
+        line = start
+        old_parent, self.parent = self.parent, "list"
+        while line < end:
+            pos = after
+            limit = e[line]
+            initial = offset = sc[line] + after - (b[start] + ts[start])
+            while pos < limit:
+                char = src[pos]
+                if char == "\t":
+                    offset += 4 - (offset + bs[line]) % 4
+                elif char == " ":
+                    offset += 1
+                else:
+                    break
+                pos += 1
+            content_start = pos
+            indent_after_marker = 1 if content_start >= limit else offset - initial
+            if indent_after_marker > 4:
+                indent_after_marker = 1
+            indent = initial + indent_after_marker
+
+            self.out.append((start, self.level, OTHER, 0, ""))  # list_item_open
+            self.level += 1
+            old_tshift, old_scount = ts[start], sc[start]
+            old_list_indent = self.list_indent
+            self.list_indent = self.blk
+            self.blk = indent
+            ts[start] = content_start - b[start]
+            sc[start] = offset
+            if content_start >= limit and self.is_empty(start + 1):
+                # An empty item followed by a blank line: the list ends before what follows.
+                self.line = min(self.line + 2, end)
+            else:
+                self.tokenize(start, end)
+            self.blk = self.list_indent
+            self.list_indent = old_list_indent
+            ts[start], sc[start] = old_tshift, old_scount
+            self.level -= 1
+
+            line = start = self.line
+            if line >= end:
+                break
+            if sc[line] < self.blk:
+                break
+            if self.is_code(start):
+                break
+            if self.ends_list(line, end):
+                break
+            after = self.ordered_marker(line) if ordered else self.bullet_marker(line)
+            if after < 0:
+                break
+            if marker_char != src[after - 1]:
+                break
+        self.level -= 1
+        self.line = line
+        self.parent = old_parent
+        return True
+
+    def html_block(self, start: int, end: int, *, silent: bool) -> bool:
+        src, b, e, ts = self.src, self.b, self.e, self.ts
+        if self.is_code(start) or self.first_char(start) != "<":
+            return False
+        text = src[b[start] + ts[start] : e[start]]
+        for sequence in HTML_SEQUENCES:
+            if sequence[0].search(text):
+                break
+        else:
+            return False
+        _, closing, can_terminate = sequence
+        if silent:
+            return can_terminate
+        line = start + 1
+        ends_on_blank_line = bool(closing.search(""))
+        if not closing.search(text):
+            while line < end:
+                if self.sc[line] < self.blk and (ends_on_blank_line or not self.is_empty(line)):
+                    break
+                text = src[b[line] + ts[line] : e[line]]
+                if closing.search(text):
+                    if text:
+                        line += 1
+                    break
+                line += 1
+        self.line = line
+        self.out.append((start, self.level, OTHER, 0, ""))
+        return True
+
+    def heading(self, start: int, *, silent: bool) -> bool:
+        if self.is_code(start):
+            return False
+        src = self.src
+        pos, limit = self.b[start] + self.ts[start], self.e[start]
+        match = _HEADING_MARKER.match(src, pos, limit)
+        if match is None:
+            return False
+        if silent:
+            return True
+        pos = match.end()
+        text = ""
+        if self.level == 0:
+            # Cut trailing spaces, then a closing run of "#" if a space precedes it.
+            limit = pos + len(src[pos:limit].rstrip(_SPACES))
+            closing = pos + len(src[pos:limit].rstrip("#"))
+            if closing > pos and src[closing - 1] in _SPACES:
+                limit = closing
+            text = mdTrim(src[pos:limit])
+        self.line = start + 1
+        self.out.append((start, self.level, HEADING, pos - match.start(), text))
+        return True
+
+    def paragraph(self, start: int, end: int) -> None:
+        """markdown-it's lheading rule, then (if no underline) its paragraph rule.
+
+        Both scan the same lines under the same conditions, so when the setext scan stops
+        before ``end`` on a line of the document's full extent, the paragraph stops there
+        too and is not scanned again.
+        """
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        blk = self.blk
+        old_parent, self.parent = self.parent, "paragraph"
+        line = start + 1
+        level = 0
+        while line < end:
+            pos, limit = b[line] + ts[line], e[line]
+            if pos >= limit:
+                break
+            count = sc[line]
+            if count - blk > 3:
+                line += 1
+                continue
+            if count >= blk:
+                marker = src[pos]
+                if marker in "-=":
+                    rest = src[pos:limit].lstrip(marker)
+                    if not rest.strip(_SPACES):
+                        level = 1 if marker == "=" else 2
+                        break
+            if count < 0:
+                line += 1
+                continue
+            if self.ends_paragraph(line, end):
+                break
+            line += 1
+        if level:
+            text = ""
+            if self.level == 0:
+                text = mdTrim(src[b[start] : e[line - 1]])
+            self.line = line + 1
+            self.out.append((start, self.level, HEADING, level, text))
+            self.parent = old_parent
+            return
+        # A failed lheading leaves parentType "paragraph", and the paragraph rule restores
+        # what it found: "paragraph" again.
+        if line >= end or end != self.line_max:
+            line = self.paragraph_end(start)
+        self.line = line
+        self.out.append((start, self.level, OTHER, 0, ""))
+
+    def paragraph_end(self, start: int) -> int:
+        """markdown-it's paragraph scan, which runs to ``lineMax`` whatever its caller's end."""
+        b, e, ts, sc = self.b, self.e, self.ts, self.sc
+        end = self.line_max
+        line = start + 1
+        while line < end:
+            if b[line] + ts[line] >= e[line]:
+                break
+            if sc[line] - self.blk > 3 or sc[line] < 0:
+                line += 1
+                continue
+            if self.ends_paragraph(line, end):
+                break
+            line += 1
+        return line
