@@ -5,14 +5,16 @@ local worker pool (``--processes``, as ``rifflux index`` would), then measures:
 
 - the full index job (submit → completed), files/s, and each phase's span from the
   workers' log (plan; chunk and write rows; embed and write vectors; finalize);
-- an incremental job with no change, and one after editing one file;
+- an incremental job with no change, and one after editing one file (with their phase
+  spans, and the edit's vector cache publishes);
 - the database size (with its WAL) and the vector cache's;
 - peak RSS of this front process and of each worker process (sampled every 0.5 s);
 - search p50 per mode over 20 queries × 5 rounds.
 
 The generated corpus and the index are deleted at the end unless ``--keep``.
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 100000 --workdir /work/scale
+    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 100000 --workdir /work/scale \
+        --vector-index exact
 """
 
 from __future__ import annotations
@@ -106,6 +108,23 @@ def phase_spans(log_path: Path, since: float) -> dict[str, float]:
     return last
 
 
+def publish_events(log_path: Path, since: float) -> list[dict[str, Any]]:
+    """The vector cache publishes logged since ``since``: action, rows added, ms."""
+    out = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") != "vectors.published":
+            continue
+        at = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+        if at >= since:
+            keys = ("action", "added", "removed", "segments", "duration_ms")
+            out.append({key: event.get(key) for key in keys})
+    return out
+
+
 def run_job(queue: IndexQueue, corpus: Path) -> tuple[float, Any]:
     started = time.perf_counter()
     record = queue.wait(queue.submit([corpus]), timeout=6 * 3600)
@@ -139,6 +158,13 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--vector-index",
+        choices=("auto", "exact", "hnsw"),
+        default=None,
+        help="RIFFLUX_VECTOR_INDEX for the workers (default: the environment's). exact "
+        "builds no HNSW graph: at 1M rows a graph build costs ~1.1 ms of CPU per row",
+    )
     args = parser.parse_args()
     corpus = args.workdir / f"corpus-{args.files}"
     index_dir = args.workdir / f"index-{args.files}"
@@ -148,6 +174,11 @@ def main() -> int:
         "files": args.files,
         "processes": args.processes,
     }
+    if args.vector_index:
+        # The local pool's workers inherit the environment (they publish the cache).
+        os.environ["RIFFLUX_VECTOR_INDEX"] = args.vector_index
+    report["vector_index"] = os.environ.get("RIFFLUX_VECTOR_INDEX", "auto")
+    report["load_avg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     try:
         t0 = time.perf_counter()
         if not corpus.is_dir():
@@ -176,15 +207,20 @@ def main() -> int:
             report["files_per_s"] = round(args.files / full_s, 1)
             report["chunks"] = record.chunks_written
             report["phases_s"] = phase_spans(pool.log_path, since)
+            since = time.time()
             nochange_s, again = run_job(queue, corpus)
             assert again.state == "completed" and again.files_done == 0, again.errors
             report["incremental_no_change_s"] = round(nochange_s, 2)
+            report["no_change_phases_s"] = phase_spans(pool.log_path, since)
             edited = corpus / "part-0000" / "doc-000007.md"
             with edited.open("a", encoding="utf-8") as out:
                 out.write("\n\n## Scale run edit\n\nA paragraph added by the scale run.\n")
+            since = time.time()
             edit_s, one = run_job(queue, corpus)
             assert one.state == "completed" and one.files_done == 1, one.errors
             report["one_edited_file_s"] = round(edit_s, 2)
+            report["one_edit_phases_s"] = phase_spans(pool.log_path, since)
+            report["one_edit_publish"] = publish_events(pool.log_path, since)
             sampler.stop.set()
             sampler.join()
             report["worker_peak_rss_mib"] = sorted(
@@ -205,6 +241,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(corpus, ignore_errors=True)
             shutil.rmtree(index_dir, ignore_errors=True)
+    report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
     return 0
 

@@ -296,6 +296,8 @@ def read_works(
 class PlanOutcome:
     batches: int
     ready_to_finalize: bool
+    # The plan found nothing to send and finalized the job itself (no finalize message).
+    finalized: bool = False
 
 
 def plan(
@@ -307,6 +309,9 @@ def plan(
     only what is unsettled: pending batches to be chunked, chunked batches to be embedded
     (rebuilt from the index, so a message lost between two steps is sent again). The
     later steps ignore a batch they already settled.
+
+    A plan with nothing to send (no file changed) finalizes the job here: a finalize
+    message would cost a queue round trip for the same idempotent work.
     """
     db_path, job_id = request.db_path, request.job_id
     conn = open_index(db_path)
@@ -340,9 +345,12 @@ def plan(
                     vanished=tuple(vanished),
                 )
             )
-        return PlanOutcome(len(pending) + len(chunked), not pending and not chunked)
+        if pending or chunked:
+            return PlanOutcome(len(pending) + len(chunked), False)
     finally:
         conn.close()
+    finalize(request)
+    return PlanOutcome(0, False, finalized=True)
 
 
 def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, label: str) -> bool:
@@ -667,7 +675,13 @@ def fail_batch(failure: BatchFailure) -> bool:
 
 
 def finalize(request: JobStep) -> jobs.JobRecord | None:
-    """Prune vanished files and settle the job: completed, or failed if a batch failed."""
+    """Prune vanished files and settle the job: completed, or failed if a batch failed.
+
+    The vector cache is published before the job reads as completed, and again after the
+    prune only if it deleted a file (otherwise the generation did not move). A job that
+    changed nothing finds the cache as published (stat keys, ``trust_stamps``) and reads
+    none of it.
+    """
     db_path, job_id = request.db_path, request.job_id
     conn = open_index(db_path)
     try:
@@ -675,8 +689,8 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
         if job is None or job.finished:
             return job
         prune = list(job.prune_paths)
-        # Vector cache: publish before the job reads as completed, again after the prune.
-        publish_quietly(db_path, source="finalize")
+        publish_quietly(db_path, source="finalize", trust_stamps=True)
+        deleted = 0
         with transaction(conn):
             current = jobs.get_job(conn, job_id)
             if current is not None and not current.finished:
@@ -684,7 +698,8 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
                 state = "failed" if current.files_failed else "completed"
                 jobs.update_job(conn, job_id, state=state, finished_at=time.time())
                 jobs.add_counts(conn, job_id, files_deleted=deleted)
-        publish_quietly(db_path, source="finalize")
+        if deleted:
+            publish_quietly(db_path, source="finalize", trust_stamps=True)
         record = jobs.get_job(conn, job_id)
         if record is not None:
             log.info(

@@ -82,7 +82,7 @@ from rifflux.store.connection import (
 from rifflux.store.integrity import quick_check
 from rifflux.store.reader import IndexReader, current_generation, get_metadata
 from rifflux.vectors.cache import SemanticHit, VectorCache
-from rifflux.vectors.segments import CacheCorrupt, forget_verified, vectors_dir
+from rifflux.vectors.segments import CacheCorrupt, forget_verified, stat_key, vectors_dir
 
 REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also republishes it)"
 
@@ -117,14 +117,6 @@ def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
         "chunk_index": int(row["chunk_index"]),
         "content": row["content"],
     }
-
-
-def _stat_key(path: Path) -> tuple[str, int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return path.name, st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _ranks(score: dict[str, float], fused: Any) -> dict[str, Any]:
@@ -434,7 +426,7 @@ class SearchService:
         directory = vectors_dir(db)
         with contextlib.suppress(OSError):
             files += sorted(Path(entry.path) for entry in os.scandir(directory))
-        return generation, uid, tuple(_stat_key(path) for path in files)
+        return generation, uid, tuple((path.name, stat_key(path)) for path in files)
 
     def _semantic(
         self,

@@ -113,9 +113,12 @@ class IndexReader:
 
     # -- files ---------------------------------------------------------------------
 
-    def file_states(self) -> sqlite3.Cursor:
-        """(path, mtime_ns, size_bytes, sha256) of every stored file."""
-        return self.conn.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files")
+    def file_states(self) -> list[tuple[str, int, int, str]]:
+        """(path, mtime_ns, size_bytes, sha256) of every stored file, as plain tuples: a
+        plan reads every row, and ``sqlite3.Row`` objects cost ~3x more (0.3 s at 100k)."""
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        return cursor.execute("SELECT path, mtime_ns, size_bytes, sha256 FROM files").fetchall()
 
     def stored_paths(self) -> list[str]:
         return [row[0] for row in self.conn.execute("SELECT path FROM files")]
@@ -176,9 +179,17 @@ class IndexReader:
 
     def vector_rows(self, model: str, dim: int) -> list[sqlite3.Row]:
         """(rowid, path, chunk_index, embed hash) of every chunk with a ``model`` vector,
-        sorted by (path, chunk_index)."""
+        sorted by (path, chunk_index).
+
+        CROSS JOIN fixes the join order so the rows come out of the ``files(path)`` and
+        ``chunks(file_id, chunk_index)`` indexes already sorted: the planner's own order
+        (embeddings first) sorted every row in a temporary B-tree, ~1.6x the time.
+        """
         return self.conn.execute(
-            _VECTOR_ROWS + "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
+            "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM files f "
+            "CROSS JOIN chunks c ON c.file_id = f.id "
+            "CROSS JOIN embeddings e ON e.chunk_id = c.chunk_id "
+            "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
             (model, dim),
         ).fetchall()
 

@@ -71,6 +71,7 @@ from rifflux.vectors.segments import (
     Candidate,
     Manifest,
     Segment,
+    StatKey,
     format_is_current,
     live_column,
     load_segment,
@@ -104,7 +105,7 @@ class CacheView:
 
     manifest: Manifest
     segments: tuple[Segment, ...]
-    stat_key: tuple[int, int, int] | None
+    stat_key: StatKey | None
 
     @property
     def live_rows(self) -> int:
@@ -228,9 +229,9 @@ class VectorCache:
         self._ef: int | None = None if vector_index == "exact" else hnsw_ef
         self._view: CacheView | None = None
         # (manifest stat key, reason) of the last manifest found corrupt.
-        self._corrupt: tuple[tuple[int, int, int], str] | None = None
+        self._corrupt: tuple[StatKey, str] | None = None
         # Manifest stat key whose rows were found equal to the database's.
-        self._rows_checked: tuple[int, int, int] | None = None
+        self._rows_checked: StatKey | None = None
         self._memory: CacheView | None = None
         self._lock = threading.Lock()
 

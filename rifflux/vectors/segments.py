@@ -23,10 +23,14 @@ The manifest (``current.json``)::
     {"format": 3, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
      "source": "finalize", "published_at": 1700000000.0, "rows": 1234,
      "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
-                   "hnsw": "<file>" | null, "sha256": {"<file>": "<hex digest>", ...}}]}
+                   "hnsw": "<file>" | null, "sha256": {"<file>": "<hex digest>", ...}}],
+     "stat": {"<file>": [device, inode, mtime_ns, size], ...}}
 
 ``generation`` is the index generation whose rows the manifest holds exactly;
 ``index_uid`` ties it to one database (a rebuilt database starts over at generation 0).
+``stat`` (optional; readers ignore it) records each file's :data:`StatKey` as the
+publisher left it, so a later writer can tell "nothing touched the cache" with a few
+stats (:func:`files_as_published`) instead of hashing it and reading every row.
 
 Integrity (formats 2 and 3): every file a segment names has its sha256 in the manifest,
 computed while the file is written (no second read). A reader verifies each file against
@@ -122,6 +126,25 @@ def outdated_because(fmt: int) -> str:
     return "has no checksums" if fmt < 2 else "has float32 rows, not int8"
 
 
+StatKey = tuple[int, int, int, int]
+"""(device, inode, mtime_ns, size) of a file: any write to it or replacement of it moves
+one of them (an ``os.replace`` brings another inode, a write the mtime)."""
+
+
+def stat_key_of(st: os.stat_result) -> StatKey:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def stat_key(path: Path | str) -> StatKey | None:
+    """The file's :data:`StatKey`; None if it cannot be stat'ed (gone, no permission):
+    a file that cannot be stat'ed never has the key it was verified or published with.
+    The one stat key of the vector cache, its readers and the search service."""
+    try:
+        return stat_key_of(os.stat(path))
+    except OSError:
+        return None
+
+
 def vectors_dir(db_path: Path | str) -> Path:
     db = Path(db_path)
     return db.with_name(db.name + ".vectors")
@@ -189,6 +212,9 @@ class Manifest:
     segments: tuple[SegmentRef, ...] = ()
     published_at: float = 0.0
     format: int = FORMAT_VERSION
+    # (file name, stat key) of every file the manifest names, as its publisher left
+    # them; () when unknown. Only a publisher reads them (:func:`files_as_published`).
+    stamps: tuple[tuple[str, StatKey], ...] = ()
 
     @property
     def rows(self) -> int:
@@ -225,6 +251,7 @@ class Manifest:
                 }
                 for s in self.segments
             ],
+            "stat": {name: list(key) for name, key in self.stamps},
         }
 
     @classmethod
@@ -254,9 +281,33 @@ class Manifest:
                     for s in data["segments"]
                 ),
                 format=int(fmt),
+                stamps=tuple(
+                    sorted(
+                        (str(name), _as_stat_key(key)) for name, key in data.get("stat", {}).items()
+                    )
+                ),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CacheCorrupt(f"the manifest is malformed: {exc!r}") from None
+
+
+def _as_stat_key(value: Any) -> StatKey:
+    dev, ino, mtime_ns, size = (int(v) for v in value)
+    return (dev, ino, mtime_ns, size)
+
+
+def files_as_published(directory: Path, manifest: Manifest) -> bool:
+    """Does every file ``manifest`` names still have the stat key its publisher recorded?
+
+    A few ``stat`` calls, no read: what lets a writer that changed nothing skip reading
+    every row of a sound cache (``rifflux.vectors.publish``). False when the manifest
+    recorded no stat keys (an older publisher) or not one for every file.
+    """
+    stamps = dict(manifest.stamps)
+    names = manifest.files()
+    if not names or not names <= stamps.keys():
+        return False
+    return all(stat_key(directory / name) == stamps[name] for name in names)
 
 
 def segment_files(segment_id: str) -> tuple[str, str, str]:
@@ -280,7 +331,7 @@ class Segment:
     dead: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # (path, stat key) of the verified files this segment was loaded from: a search
     # re-stats them to notice a file written to after it was verified.
-    stamps: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    stamps: tuple[tuple[str, StatKey], ...] = ()
     # The segment's memory-mapped HNSW graph (a usearch view), None to scan exactly.
     graph: Graph | None = None
     # float32 1/|v| per row, derived from META_SQNORM (4 bytes a row in memory).
@@ -305,7 +356,7 @@ class Segment:
     def changed_file(self) -> str | None:
         """The name of a loaded file whose stat key moved since it was verified, if any."""
         for path, key in self.stamps:
-            if _stat_key(path) != key:
+            if stat_key(path) != key:
                 return Path(path).name
         return None
 
@@ -414,31 +465,23 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 # -- verifying -----------------------------------------------------------------------
 
-_verified: OrderedDict[tuple[str, int, int, int, int, str], None] = OrderedDict()
+_verified: OrderedDict[tuple[str, StatKey, str], None] = OrderedDict()
 _verified_lock = threading.Lock()
 
 
-def _stat_key(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def verify_file(path: Path, expected: str) -> tuple[int, int, int]:
-    """Check ``path`` against its sha256; returns the (inode, size, mtime_ns) verified.
+def verify_file(path: Path, expected: str) -> StatKey:
+    """Check ``path`` against its sha256; returns the stat key of the file verified.
 
     Raises CacheCorrupt on a mismatch, FileNotFoundError if the file is gone. A file
     already verified by this process under the same stat key is not hashed again.
     """
     with path.open("rb") as fh:
-        st = os.fstat(fh.fileno())
-        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, expected)
+        stamp = stat_key_of(os.fstat(fh.fileno()))
+        key = (str(path), stamp, expected)
         with _verified_lock:
             if key in _verified:
                 _verified.move_to_end(key)
-                return (st.st_ino, st.st_size, st.st_mtime_ns)
+                return stamp
         actual = hashlib.file_digest(fh, "sha256").hexdigest()
     if actual != expected:
         raise CacheCorrupt(f"{path.name} does not match its sha256 checksum")
@@ -446,7 +489,7 @@ def verify_file(path: Path, expected: str) -> tuple[int, int, int]:
         _verified[key] = None
         while len(_verified) > VERIFIED_MAX:
             _verified.popitem(last=False)
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return stamp
 
 
 def forget_verified() -> None:
@@ -458,20 +501,16 @@ def forget_verified() -> None:
 # -- reading -------------------------------------------------------------------------
 
 
-def manifest_stat_key(directory: Path) -> tuple[int, int, int] | None:
-    """(inode, mtime_ns, size) of the manifest: every publish changes the inode."""
-    try:
-        st = os.stat(directory / MANIFEST_NAME)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+def manifest_stat_key(directory: Path) -> StatKey | None:
+    """The manifest's stat key: every publish changes its inode."""
+    return stat_key(directory / MANIFEST_NAME)
 
 
-def read_manifest(directory: Path) -> tuple[Manifest, tuple[int, int, int]] | None:
+def read_manifest(directory: Path) -> tuple[Manifest, StatKey] | None:
     """The manifest and the stat key of the very file read; None if there is none."""
     try:
         with (directory / MANIFEST_NAME).open("rb") as fh:
-            st = os.fstat(fh.fileno())
+            key = stat_key_of(os.fstat(fh.fileno()))
             raw = fh.read()
     except FileNotFoundError:
         return None
@@ -481,7 +520,7 @@ def read_manifest(directory: Path) -> tuple[Manifest, tuple[int, int, int]] | No
         raise CacheCorrupt(f"the manifest is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise CacheCorrupt("the manifest is not a JSON object")
-    return Manifest.from_json(data), (st.st_ino, st.st_mtime_ns, st.st_size)
+    return Manifest.from_json(data), key
 
 
 def _load_npy(path: Path, dtype: str, shape: tuple[int, ...], mmap: bool) -> np.ndarray:
@@ -515,7 +554,7 @@ def load_segment(
     manifest), CacheCorrupt if a file does not match its checksum or row count.
     """
     digests = dict(ref.sha256)
-    stamps: list[tuple[str, tuple[int, int, int]]] = []
+    stamps: list[tuple[str, StatKey]] = []
     for name in ref.files() if digests else ():
         if name == ref.hnsw and ef is None:
             continue

@@ -15,7 +15,7 @@ from rifflux.index.scan import ScannedFile
 
 def scanned(path: Path) -> ScannedFile:
     st = os.stat(path)
-    return ScannedFile(path, path.name, st.st_mtime_ns, st.st_size)
+    return ScannedFile(str(path), path.name, st.st_mtime_ns, st.st_size)
 
 
 def test_unchanged_metadata_skips_without_reading(tmp_path: Path) -> None:
