@@ -100,9 +100,7 @@ def plan_job(message: dict[str, Any]) -> None:
     request = JobStep.from_dict(message, "plan")
     structlog.contextvars.bind_contextvars(job_id=request.job_id)
     try:
-        outcome = pipeline.plan(settings, request, _send_chunk, _send_embed)
-        if outcome.ready_to_finalize:
-            _send_finalize(request.db_path, request.job_id)
+        pipeline.plan(settings, request, _send_chunk, _send_embed)
     finally:
         structlog.contextvars.unbind_contextvars("job_id")
 

@@ -295,7 +295,6 @@ def read_works(
 @dataclass(slots=True)
 class PlanOutcome:
     batches: int
-    ready_to_finalize: bool
     # The plan found nothing to send and finalized the job itself (no finalize message).
     finalized: bool = False
 
@@ -318,11 +317,11 @@ def plan(
     try:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
-            return PlanOutcome(0, False)
+            return PlanOutcome(0)
         cfg = job_settings(settings, db_path, job.options)
         label = embedder_label_for(cfg)
         if not job.planned and not _make_plan(conn, cfg, job, label):
-            return PlanOutcome(0, False)
+            return PlanOutcome(0)
         base_dir = resolve_base_dir(conn, cfg)
         # A file swapped for a symlink out of bounds since the scan is not read.
         bounds = [real(p) for p in (*job.roots, *cfg.allowed_roots)]
@@ -346,11 +345,11 @@ def plan(
                 )
             )
         if pending or chunked:
-            return PlanOutcome(len(pending) + len(chunked), False)
+            return PlanOutcome(len(pending) + len(chunked))
     finally:
         conn.close()
     finalize(request)
-    return PlanOutcome(0, False, finalized=True)
+    return PlanOutcome(0, finalized=True)
 
 
 def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, label: str) -> bool:

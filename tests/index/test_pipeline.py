@@ -108,7 +108,7 @@ def test_a_redelivered_plan_resends_only_pending_batches(tmp_path: Path) -> None
     job_id = submit(settings, [corpus])
     db = str(settings.db_path)
     first, sent = plan(settings, job_id)
-    assert first.batches == len(sent.chunks) > 3 and not first.ready_to_finalize
+    assert first.batches == len(sent.chunks) > 3 and not first.finalized
     assert sent.embeds == []
 
     embedder = HashEmbedder()
