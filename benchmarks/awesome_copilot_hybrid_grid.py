@@ -52,12 +52,8 @@ from awesome_copilot_quality import (
     NaivePipeline,
     Ranker,
     chunker_fingerprint,
-    corpus_files,
-    judged_files,
-    load_queries,
+    prepare_corpus,
     score,
-    subset_files,
-    sync_copy,
 )
 
 from rifflux.config import Settings
@@ -222,12 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown settings: {', '.join(unknown)}; known: {', '.join(grid)}")
 
-    queries = load_queries(args.queries)
-    all_files = corpus_files(args.corpus)
-    files = subset_files(all_files, judged_files(queries), None if args.full else args.distractors)
-    cache = args.cache_dir / ("full" if args.full else f"subset-{args.distractors}")
-    root = cache / "corpus"
-    sync_copy(args.corpus, files, root)
+    queries, all_files, files, cache, root = prepare_corpus(args)
     base = Settings.from_env()
     index_db = cache / f"rifflux-{chunker_fingerprint(base)}" / "index.db"
     if not index_db.is_file():

@@ -126,6 +126,20 @@ def subset_files(all_files: Sequence[str], judged: set[str], distractors: int | 
     return sorted(judged | set(others[:distractors]))
 
 
+def prepare_corpus(
+    args: argparse.Namespace,
+) -> tuple[list[Query], list[str], list[str], Path, Path]:
+    """The queries, every corpus file, the files under test (all, or the judged ones plus
+    distractors), the cache folder of that file set, and its copy of the corpus."""
+    queries = load_queries(args.queries)
+    all_files = corpus_files(args.corpus)
+    files = subset_files(all_files, judged_files(queries), None if args.full else args.distractors)
+    cache = args.cache_dir / ("full" if args.full else f"subset-{args.distractors}")
+    root = cache / "corpus"
+    sync_copy(args.corpus, files, root)
+    return queries, all_files, files, cache, root
+
+
 def sync_copy(corpus: Path, files: Sequence[str], dest: Path) -> None:
     """Make ``dest`` hold exactly ``files`` of ``corpus`` (copied, then left alone)."""
     wanted = set(files)
@@ -390,12 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus} (benchmarks read ../shared beside the repo)")
-    queries = load_queries(args.queries)
-    all_files = corpus_files(args.corpus)
-    files = subset_files(all_files, judged_files(queries), None if args.full else args.distractors)
-    cache = args.cache_dir / ("full" if args.full else f"subset-{args.distractors}")
-    root = cache / "corpus"
-    sync_copy(args.corpus, files, root)
+    queries, all_files, files, cache, root = prepare_corpus(args)
     embedder = CachedEmbedder(OnnxEmbedder(), args.cache_dir / "vectors.sqlite")
     print(
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "

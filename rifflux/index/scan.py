@@ -18,7 +18,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,7 +165,9 @@ def scan_roots(
         elif glob_mismatch(root, include_globs, exclude_globs):
             result.skipped.append(SkippedFile(root_rel, GLOB_MISMATCH))
         else:
-            _consider_file(root, root_rel, seen, result)
+            _consider(
+                functools.partial(os.stat, root), os.path.abspath(root), root_rel, seen, result
+            )
     result.files = sorted(seen.values(), key=lambda f: f.rel_path)
     return result
 
@@ -280,21 +282,23 @@ def _scan_dir(
                 continue
         elif name in own_here:
             continue
-        _consider_entry(entry, abs_prefix + name, stored_prefix + name, seen, result)
+        # DirEntry.stat() reuses what scandir already read where it can.
+        _consider(entry.stat, abs_prefix + name, stored_prefix + name, seen, result)
     return subdirs
 
 
-def _consider_entry(
-    entry: os.DirEntry[str],
+def _consider(
+    stat_of: Callable[[], os.stat_result],
     abs_path: str,
     rel_path: str,
     seen: dict[str, ScannedFile],
     result: ScanResult,
 ) -> None:
+    """Record a regular file once; anything else is skipped with the reason."""
     if rel_path in seen:
         return
     try:
-        st = entry.stat()
+        st = stat_of()
     except OSError as exc:
         result.skipped.append(SkippedFile(rel_path, f"unreadable: {exc.strerror or exc}"))
         return
@@ -302,22 +306,3 @@ def _consider_entry(
         result.skipped.append(SkippedFile(rel_path, "not a regular file"))
         return
     seen[rel_path] = ScannedFile(abs_path, rel_path, st.st_mtime_ns, st.st_size)
-
-
-def _consider_file(
-    path: Path,
-    rel_path: str,
-    seen: dict[str, ScannedFile],
-    result: ScanResult,
-) -> None:
-    if rel_path in seen:
-        return
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        result.skipped.append(SkippedFile(rel_path, f"unreadable: {exc.strerror or exc}"))
-        return
-    if not stat.S_ISREG(st.st_mode):
-        result.skipped.append(SkippedFile(rel_path, "not a regular file"))
-        return
-    seen[rel_path] = ScannedFile(os.path.abspath(path), rel_path, st.st_mtime_ns, st.st_size)
