@@ -333,11 +333,11 @@ def _ranked(
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``where``
-    adds conditions whose values are ``params``. With a ``path`` MATCH (and
+    adds conditions whose values are ``params``. With a ``path`` MATCH (given only when
     ``options.path_weight`` > 0) the weighted bm25() of the file's path is added to each
     row's."""
     weights = {"h": float(options.heading_weight), "c": float(options.content_weight)}
-    if path and options.path_weight > 0:
+    if path:
         sql = _TOP_WITH_PATH_SQL.format(
             t=table, w=float(options.path_weight), where=where, **weights
         )

@@ -29,6 +29,8 @@ import re
 import sqlite3
 from collections.abc import Sequence
 
+from rifflux.store.schema import has_schema_object
+
 # Han (with extension A and compatibility ideographs), hiragana, katakana (with the
 # phonetic extensions and half-width forms), Hangul syllables and jamo.
 CJK_CHARS = (
@@ -80,10 +82,7 @@ def side_row(row_id: int, heading_path: str, content: str) -> tuple[int, str, st
 
 
 def has_cjk_table(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (CJK_TABLE,)
-    ).fetchone()
-    return row is not None
+    return has_schema_object(conn, "table", CJK_TABLE)
 
 
 # Rowids per ``IN (...)``: below any SQLite build's variable limit.

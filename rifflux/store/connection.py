@@ -47,6 +47,7 @@ from rifflux.store.schema import (
     BACKFILL_SQL,
     SCHEMA_SQL,
     SCHEMA_VERSION,
+    has_schema_object,
 )
 
 log = structlog.get_logger(__name__)
@@ -302,24 +303,15 @@ def _add_missing_tables(conn: sqlite3.Connection) -> None:
     """Additive migrations within one schema version: create (and fill) the tables an older
     index lacks. Idempotent; a no-op (one ``sqlite_master`` read) when none is missing."""
     for table, sql in ADDED_TABLES.items():
-        if _has_table(conn, table):
+        if has_schema_object(conn, "table", table):
             continue
         with transaction(conn):
-            if _has_table(conn, table):  # A racing writer made it first.
+            if has_schema_object(conn, "table", table):  # A racing writer made it first.
                 continue
             for statement in _split_sql(sql):
                 conn.execute(statement)
             filled = _TABLE_BACKFILL[table](conn) if table in _TABLE_BACKFILL else 0
         log.info("index.table_added", table=table, rows=filled)
-
-
-def _has_table(conn: sqlite3.Connection, table: str) -> bool:
-    return (
-        conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-        ).fetchone()
-        is not None
-    )
 
 
 def _check_version(db_path: Path, version: int) -> None:

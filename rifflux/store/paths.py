@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import sqlite3
 
+from rifflux.store.schema import has_schema_object
+
 PATH_TABLE = "files_fts"
 CHUNK_FILE_INDEX = "chunks_file_of"
 
 
 def has_path_table(conn: sqlite3.Connection) -> bool:
-    """Whether the index has ``files_fts`` and ``chunks_file_of`` (created together; one
-    ``sqlite_master`` probe, microseconds)."""
-    row = conn.execute(
-        "SELECT COUNT(*) FROM sqlite_master WHERE (type = 'table' AND name = ?) "
-        "OR (type = 'index' AND name = ?)",
-        (PATH_TABLE, CHUNK_FILE_INDEX),
-    ).fetchone()
-    return int(row[0]) == 2
+    """Whether the index has ``files_fts`` and ``chunks_file_of`` (created together;
+    ``sqlite_master`` probes, microseconds)."""
+    return has_schema_object(conn, "table", PATH_TABLE) and has_schema_object(
+        conn, "index", CHUNK_FILE_INDEX
+    )
 
 
 def backfill(conn: sqlite3.Connection) -> int:

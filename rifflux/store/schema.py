@@ -22,6 +22,8 @@ of an older index works without them.
 
 from __future__ import annotations
 
+import sqlite3
+
 SCHEMA_VERSION = 1
 
 # porter stemming over unicode61 measured +0.014 nDCG@10 on SciFact against plain unicode61.
@@ -216,3 +218,13 @@ BACKFILL_SQL: dict[str, tuple[str, ...]] = {
         "WHERE json_extract(options, '$.planned')",
     ),
 }
+
+
+def has_schema_object(conn: sqlite3.Connection, kind: str, name: str) -> bool:
+    """Whether the database has the ``kind`` (``table``, ``index``) called ``name``: one
+    ``sqlite_master`` probe, how readers and writers ask for the tables added within a
+    schema version."""
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)
+    ).fetchone()
+    return row is not None
