@@ -486,9 +486,6 @@ def run_server(
     file watcher in this process that keeps those roots indexed.
     """
     context = ToolContext.from_settings(settings)
-    refusal = context.no_default_root()
-    if refusal is not None:
-        log.warning("mcp.no_allowed_roots", reason=refusal)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main_thread else None
     watcher: FileWatcher | None = None
@@ -509,6 +506,10 @@ def run_server(
         if watch_roots:
             watcher = FileWatcher(context.settings, watch_roots, context.queue).start()
             ensure_workers_in_background(context)
+        refusal = context.no_default_root()
+        if refusal is not None:
+            # Once, after the startup paths passed (a refused one already said as much).
+            log.warning("mcp.no_allowed_roots", reason=refusal)
         log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
         if transport == "stdio":
             anyio.run(server.run_stdio_async)
