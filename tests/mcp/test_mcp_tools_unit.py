@@ -113,14 +113,7 @@ class FakeQueue:
     def ensure_workers(self) -> None:
         self.workers_ensured += 1
 
-    def submit(
-        self,
-        roots: list[Path],
-        *,
-        force: bool,
-        prune_missing: bool,
-        allowed_roots: list[Path] | None = None,
-    ) -> str:
+    def submit(self, roots: list[Path], *, force: bool, prune_missing: bool) -> str:
         self.submitted.append((list(roots), force, prune_missing))
         return "job-1"
 
