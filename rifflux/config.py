@@ -207,8 +207,12 @@ class Settings:
     auto_reindex_paths: tuple[str, ...] = ()
     auto_reindex_min_interval_seconds: float = 30.0
     # Where the MCP server may index and serve files (docs/security.md). Empty: the
-    # server's working directory. Relative entries resolve against that directory.
+    # server's working directory, unless that is /, a home directory or a parent of one
+    # (then no default root). Relative entries resolve against that directory.
     allowed_roots: tuple[str, ...] = ()
+    # Index and serve paths on the built-in deny list (rifflux.index.denied: .ssh, id_*,
+    # *.pem, .env*...); no allowed root overrides the list, only this.
+    allow_secret_paths: bool = False
     # Whether the MCP search tool accepts a db_path argument (always opened read-only).
     allow_db_path: bool = True
 
@@ -274,6 +278,7 @@ class Settings:
         )
         read("ALLOWED_ROOTS", "allowed_roots", _parse_list)
         read("ALLOW_DB_PATH", "allow_db_path", _parse_bool)
+        read("ALLOW_SECRET_PATHS", "allow_secret_paths", _parse_bool)
         settings = cls(**overrides)
         if settings.min_chunk_chars > settings.max_chunk_chars:
             if "min_chunk_chars" not in overrides:

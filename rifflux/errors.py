@@ -47,6 +47,15 @@ class PathNotAllowedError(RiffluxError):
     """A path lies outside the server's allowed roots (``RIFFLUX_ALLOWED_ROOTS``)."""
 
 
+class NoAllowedRootsError(PathNotAllowedError):
+    """The server has no allowed root: none configured, and its working directory is
+    ``/``, a home directory or a parent of one (no default root there)."""
+
+
+class SecretPathError(PathNotAllowedError):
+    """A path is on the built-in deny list (``RIFFLUX_ALLOW_SECRET_PATHS`` is off)."""
+
+
 class BrokerUnavailableError(RiffluxError):
     """The message broker could not be reached or refused the connection."""
 

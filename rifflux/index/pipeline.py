@@ -27,9 +27,10 @@ Dramatiq actors (``workers/actors.py``) run the job steps below, one message eac
 steps take and return the typed messages of :mod:`rifflux.index.messages`; sending is the
 caller's (``SendChunk``, ``SendEmbed``), so nothing here imports Dramatiq or ``rifflux.queue``.
 
-A job describes itself (globs, bounds, chunk sizes captured at submission in its
-``options``), so workers with another environment still index exactly what the front
-process asked for. Every step is idempotent: a redelivered message changes nothing twice.
+A job describes itself (globs, the deny list's override, chunk sizes captured at
+submission in its ``options``; its own roots bound where symlinks lead), so workers
+with another environment still index exactly what the front process asked for. Every
+step is idempotent: a redelivered message changes nothing twice.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for
 from rifflux.errors import EmbeddingModelMismatch, RiffluxError
-from rifflux.index.allowed import is_within, real
+from rifflux.index.allowed import real, real_is_within
 from rifflux.index.changes import (
     Decision,
     FileWork,
@@ -63,6 +64,7 @@ from rifflux.index.changes import (
     paths_to_prune,
     sort_decisions,
 )
+from rifflux.index.denied import refused_secret
 from rifflux.index.messages import (
     BatchFailure,
     ChunkRequest,
@@ -111,12 +113,10 @@ def job_options(
     *,
     force: bool,
     prune_missing: bool,
-    allowed_roots: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Everything a worker needs to reproduce the front process's indexing settings.
 
-    ``allowed_roots`` (absolute) bound where the plan step follows symlinks, beside the
-    job's own roots: the MCP server passes its allowed roots.
+    Symlinks are followed only into the job's own roots, so no other bound travels.
     """
     return {
         "force": force,
@@ -128,7 +128,7 @@ def job_options(
         "min_chunk_chars": settings.min_chunk_chars,
         "batch_target_bytes": settings.batch_target_bytes,
         "base_dir": str(settings.base_dir) if settings.base_dir else None,
-        "allowed_roots": [str(p) for p in allowed_roots],
+        "allow_secret_paths": settings.allow_secret_paths,
     }
 
 
@@ -142,7 +142,8 @@ def job_settings(settings: Settings, db_path: str, options: dict[str, Any]) -> S
         min_chunk_chars=options["min_chunk_chars"],
         batch_target_bytes=options["batch_target_bytes"],
         base_dir=Path(options["base_dir"]) if options.get("base_dir") else None,
-        allowed_roots=tuple(options.get("allowed_roots", ())),
+        # A job from before the deny list existed gets the safe default.
+        allow_secret_paths=bool(options.get("allow_secret_paths", False)),
     )
 
 
@@ -175,7 +176,7 @@ def check_embedding_model(conn: sqlite3.Connection, label: str, *, force: bool) 
 
 
 def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]) -> ScanResult:
-    """Scan ``roots``; symlinks are followed only into them or ``settings.allowed_roots``."""
+    """Scan ``roots``; symlinks are followed only into them, secret paths skipped."""
     base = resolve_base_dir(conn, settings)
     return scan_roots(
         roots,
@@ -183,7 +184,7 @@ def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]
         include_globs=settings.include_globs,
         exclude_globs=settings.exclude_globs,
         index_files=IndexFiles.for_settings(settings),
-        link_roots=[Path(p) for p in settings.allowed_roots],
+        allow_secret_paths=settings.allow_secret_paths,
     )
 
 
@@ -260,18 +261,23 @@ def read_works(
     rel_paths: Sequence[str],
     max_file_bytes: int,
     bounds: Sequence[Path] | None = None,
+    *,
+    allow_secret_paths: bool = False,
 ) -> tuple[list[FileWork], list[str]]:
     """Read the planned files now; files that vanished or turned unindexable are listed.
 
-    With ``bounds`` (realpaths), a file whose realpath now lies outside them (it was
-    swapped for a symlink after the scan, e.g. before a redelivered plan) counts as
-    vanished and is not read.
+    A file whose realpath now lies outside ``bounds`` (realpaths, when given) or is on
+    the deny list (it was swapped for a symlink after the scan, e.g. before a
+    redelivered plan) counts as vanished and is not read.
     """
     works: list[FileWork] = []
     vanished: list[str] = []
     for rel_path in rel_paths:
         path = Path(rel_path) if rel_path.startswith("/") else base_dir / rel_path
-        if bounds is not None and not is_within(path, bounds):
+        real_path = real(path)
+        if (bounds is not None and not real_is_within(real_path, bounds)) or refused_secret(
+            [real_path], allow=allow_secret_paths
+        ):
             vanished.append(rel_path)
             continue
         try:
@@ -324,14 +330,17 @@ def plan(
             return PlanOutcome(0)
         base_dir = resolve_base_dir(conn, cfg)
         # A file swapped for a symlink out of bounds since the scan is not read.
-        bounds = [real(p) for p in (*job.roots, *cfg.allowed_roots)]
+        bounds = [real(p) for p in job.roots]
         pending = jobs.pending_batches(conn, job_id)
         chunked = jobs.batches_in(conn, job_id, "chunked")
         for batch_no, paths in chunked:
             embed_request = _embed_request(conn, db_path, job_id, batch_no, paths, label)
             send_embed(embed_request)
         for batch_no, paths in pending:
-            works, vanished = read_works(base_dir, paths, cfg.max_file_bytes, bounds)
+            allow = cfg.allow_secret_paths
+            works, vanished = read_works(
+                base_dir, paths, cfg.max_file_bytes, bounds, allow_secret_paths=allow
+            )
             send_chunk(
                 ChunkRequest(
                     db_path=db_path,

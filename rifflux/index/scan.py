@@ -7,8 +7,11 @@ stored by its absolute POSIX path.
 Containment: a single-file root obeys the include and exclude globs like a file found
 by the walk (``reindex ~/.ssh/id_rsa`` indexes nothing). A symlink, to a file or to a
 directory, is followed only when its target's realpath lies inside one of the scanned
-roots or of the ``link_roots`` the caller allows (the MCP server's allowed roots);
-any other link is skipped and listed with its reason.
+roots (the job's own: a link in repo A to repo B is not followed when indexing A, even
+when both are allowed), and the globs and the deny list then judge the target's real
+path and name as well as the link's. The built-in deny list (:mod:`rifflux.index.denied`)
+skips secret directories, files and roots unless ``allow_secret_paths``. Every such
+skip is listed with its reason; a file the globs leave out is not.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rifflux.errors import RootNotFoundError
-from rifflux.index.allowed import is_within, real
+from rifflux.index.allowed import real, real_is_within
+from rifflux.index.denied import dir_rule, name_rule, refused_secret, secret_reason
 from rifflux.store.own_files import IndexFiles
 
-SYMLINK_OUTSIDE = "symlink to a target outside the allowed roots; not followed"
+SYMLINK_OUTSIDE = "symlink to a target outside the indexed roots; not followed"
 GLOB_MISMATCH = "does not match the include globs, or matches an exclude glob"
+TARGET_GLOB_MISMATCH = (
+    "symlink target does not match the include globs, or matches an exclude glob; not followed"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,20 +144,26 @@ def scan_roots(
     include_globs: Sequence[str],
     exclude_globs: Sequence[str],
     index_files: IndexFiles | None = None,
-    link_roots: Sequence[Path] = (),
+    allow_secret_paths: bool = False,
 ) -> ScanResult:
     """List the indexable files under ``roots`` (files or directories), sorted by path;
-    the index's own files (``index_files``) are never listed."""
+    the index's own files (``index_files``) are never listed, nor (unless
+    ``allow_secret_paths``) the deny list's."""
     result = ScanResult()
     own = index_files or IndexFiles(frozenset(), ())
     seen: dict[str, ScannedFile] = {}
-    contain = [real(r) for r in (*roots, *link_roots)]
+    contain = [real(r) for r in roots]
     for root in roots:
         if not os.path.lexists(root):
             raise RootNotFoundError(f"path to index does not exist: {root}")
         root_rel = to_rel_path(root, base_dir)
         result.root_prefixes.append(root_rel)
-        if os.path.isdir(root):
+        is_dir = os.path.isdir(root)
+        names = (os.path.abspath(root), real(root))
+        rule = refused_secret(names, is_dir=is_dir, allow=allow_secret_paths)
+        if rule is not None:
+            result.skipped.append(SkippedFile(root_rel, secret_reason(rule)))
+        elif is_dir:
             walk = _Walk(
                 base_dir,
                 _glob_set(tuple(include_globs)),
@@ -158,11 +171,12 @@ def scan_roots(
                 own,
                 _own_by_dir(own),
                 contain,
+                allow_secret_paths,
             )
             _walk_dir(root, walk, seen, result)
         elif own.owns(root):
             continue
-        elif glob_mismatch(root, include_globs, exclude_globs):
+        elif any(glob_mismatch(name, include_globs, exclude_globs) for name in names):
             result.skipped.append(SkippedFile(root_rel, GLOB_MISMATCH))
         else:
             _consider(
@@ -180,13 +194,37 @@ class _Walk:
     own: IndexFiles
     # Names of the index's own files, by the realpath of the directory holding them.
     own_by_dir: dict[str, frozenset[str]]
+    # Realpaths of the job's roots: the only places a symlink may lead.
     contain: Sequence[Path]
+    allow_secrets: bool
 
-    def escapes(self, path: str, result: ScanResult) -> bool:
-        """True (and the link listed as skipped) for a symlink pointing out of bounds."""
-        if is_within(path, self.contain):
+    def refuses_link(self, path: str, result: ScanResult, *, is_dir: bool) -> bool:
+        """True (and the link listed as skipped with the reason) for a symlink whose
+        target lies out of bounds, is on the deny list, or is ruled out by the globs
+        (judged by its path relative to the root holding it, and its name)."""
+        target = os.path.realpath(path)
+        reason: str | None = None
+        inside = [root for root in self.contain if real_is_within(target, [root])]
+        rule = refused_secret([target], is_dir=is_dir, allow=self.allow_secrets)
+        if not inside:
+            reason = SYMLINK_OUTSIDE
+        elif rule is not None:
+            reason = secret_reason(rule)
+        else:
+            rel = Path(os.path.relpath(target, inside[0])).as_posix()
+            if self.exclude.matches(rel) or not (is_dir or self.include.matches(rel)):
+                reason = TARGET_GLOB_MISMATCH
+        if reason is None:
             return False
-        result.skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), SYMLINK_OUTSIDE))
+        result.skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), reason))
+        return True
+
+    def refuses_secret(self, path: str, rule: str | None, result: ScanResult) -> bool:
+        """True (and ``path`` listed as skipped) if a deny rule matched it."""
+        if rule is None or self.allow_secrets:
+            return False
+        reason = secret_reason(rule)
+        result.skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), reason))
         return True
 
 
@@ -209,8 +247,10 @@ def _walk_dir(root: Path, walk: _Walk, seen: dict[str, ScannedFile], result: Sca
     """
     # Symlinked directories are followed once: (device, inode) of every visited
     # directory is remembered, so a link cycle ends the descent instead of looping.
-    # A link is followed only to a target inside the bounds (walk.escapes); the
-    # directories below a followed link are then inside too.
+    # A link is followed only to a target inside the bounds (walk.refuses_link); the
+    # directories below a followed link are then inside too. The deny list's directory
+    # rules are checked per directory on its name and its parent's (the root's whole
+    # path was checked before the walk), its name rules per file.
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[str, str]] = [(os.fspath(root), ".")]
     while stack:
@@ -255,12 +295,20 @@ def _scan_dir(
     root_prefix = "" if rel_dir == "." else rel_dir + "/"
     # Directories first, then files (the order os.walk gave the skipped list).
     subdirs: list[tuple[str, str]] = []
+    # The parent's name as walked and as it really is (".config" for ".config/gcloud").
+    parents = {os.path.basename(dirpath), os.path.basename(real_dir)}
     for entry in dirs:
         rel_in_root = root_prefix + entry.name
         if exclude.matches(rel_in_root):
             continue
-        if not (entry.is_symlink() and walk.escapes(entry.path, result)):
-            subdirs.append((entry.path, rel_in_root))
+        if entry.is_symlink():
+            if walk.refuses_link(entry.path, result, is_dir=True):
+                continue
+        else:
+            rule = next(filter(None, (dir_rule([p, entry.name]) for p in parents)), None)
+            if walk.refuses_secret(entry.path, rule, result):
+                continue
+        subdirs.append((entry.path, rel_in_root))
     dir_parts = [p for p in rel_dir.split("/") if p and p != "."]
     # The globs' per-component test only looks at the directories of a file's path.
     include_dir = include.component_matches(dir_parts)
@@ -276,9 +324,11 @@ def _scan_dir(
             continue
         if not (include_dir or include.matches_name(name, rel_in_root)):
             continue
+        if walk.refuses_secret(entry.path, name_rule(name), result):
+            continue
         if entry.is_symlink():
             # A link resolves elsewhere: check its target, and that it stays in bounds.
-            if walk.own.owns(entry.path) or walk.escapes(entry.path, result):
+            if walk.own.owns(entry.path) or walk.refuses_link(entry.path, result, is_dir=False):
                 continue
         elif name in own_here:
             continue

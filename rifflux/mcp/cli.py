@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,13 @@ def add_mcp_config_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_mcp_config(args: argparse.Namespace) -> int:
     import json
 
-    from rifflux.mcp.host_config import host_config
+    from rifflux.mcp.host_config import host_config, roots_warning
 
     settings = Settings.from_env().with_overrides(db_path=args.db)
     print(json.dumps(host_config(args.host, settings.db_path), indent=2, ensure_ascii=False))
+    warning = roots_warning(settings.db_path)
+    if warning is not None:
+        print(f"rifflux: warning: {warning}", file=sys.stderr)
     return 0
 
 

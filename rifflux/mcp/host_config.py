@@ -9,9 +9,12 @@ Invariants:
   same installation.
 * Every path in it is absolute: the index database, and the directory its stored paths
   are relative to (``RIFFLUX_BASE_DIR``), which is also the one directory the server may
-  index and serve (``RIFFLUX_ALLOWED_ROOTS``, docs/security.md). That directory is the
-  index's recorded base directory when the index exists, else the directory holding the
-  ``.rifflux`` folder of the database (else the database's own directory).
+  index and serve (``RIFFLUX_ALLOWED_ROOTS``, always set, docs/security.md): hosts start
+  servers in ``/`` or the home directory, where the server has no default root. That
+  directory is the index's recorded base directory when the index exists, else the
+  directory holding the ``.rifflux`` folder of the database (else the database's own
+  directory). When it is ``/``, a home directory or a parent of one, it is still printed
+  (the index's paths need it), with a warning to narrow it (:func:`roots_warning`).
 * Nothing is written: the snippet is printed for the user to paste.
 """
 
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rifflux.errors import RiffluxError
+from rifflux.index.allowed import known_homes, unsafe_default_root
 from rifflux.store.connection import open_index_readonly
 from rifflux.store.reader import get_metadata
 
@@ -46,6 +50,18 @@ def base_dir_for(db_path: Path) -> Path:
                 return Path(recorded)
     parent = db_path.parent
     return parent.parent if parent.name == ".rifflux" else parent
+
+
+def roots_warning(db_path: Path) -> str | None:
+    """A one-line warning when the printed RIFFLUX_ALLOWED_ROOTS shares too much."""
+    base = base_dir_for(Path(os.path.abspath(db_path)))
+    why = unsafe_default_root(base, *known_homes())
+    if why is None:
+        return None
+    return (
+        f"RIFFLUX_ALLOWED_ROOTS is {base} ({why}): the server may index and serve "
+        "everything under it except the secret paths; set it to the folders you share"
+    )
 
 
 def server_entry(db_path: Path) -> dict[str, Any]:

@@ -11,7 +11,9 @@ traceback goes to the log (stderr; a stdio server's stdout carries protocol mess
 Allowed roots (docs/security.md): ``reindex``, ``get_file`` and ``get_chunk`` ask the
 client for its roots (the protocol's roots capability, when the client declares it)
 on every call, and work only inside the roots that leaves (``tools.ToolContext.roots_for``).
-Watched and reindex-on-start paths must lie inside the server's allowed roots.
+Watched and reindex-on-start paths must lie inside the server's allowed roots. A server
+started in ``/``, a home directory or a parent of one without ``RIFFLUX_ALLOWED_ROOTS``
+has no default root: it logs one warning at start (``mcp.no_allowed_roots``).
 
 Over HTTP the SDK's DNS-rebinding protection accepts only local ``Host``/``Origin``
 headers, and ``RIFFLUX_HTTP_TOKEN``, when set, is required as a bearer token on every
@@ -51,7 +53,7 @@ from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.mcp import tools
-from rifflux.mcp.tools import ToolContext, resolve_roots
+from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
 from rifflux.search.request import (
     MAX_MAX_TOKENS,
@@ -457,8 +459,8 @@ def ensure_workers_in_background(ctx: ToolContext) -> None:
 
 def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
     """Submit one reindex job for ``paths`` now; start workers later only if none appears."""
-    roots = resolve_roots(ctx, None, [str(p) for p in paths])
-    job_id = ctx.queue.submit(roots, allowed_roots=ctx.allowed_roots)
+    roots = startup_roots(ctx, paths, "--reindex-on-start")
+    job_id = ctx.queue.submit(roots)
     ensure_workers_in_background(ctx)
     log.info("mcp.reindex_on_start", job_id=job_id, roots=[str(r) for r in roots])
     return job_id
@@ -497,12 +499,17 @@ def run_server(
             log.info("mcp.resuming_unfinished_jobs")
             ensure_workers_in_background(context)
         # Watched paths, like reindex paths, must lie inside the allowed roots.
-        watch_roots = resolve_roots(context, None, [str(p) for p in watch]) if watch else []
+        watch_roots = startup_roots(context, watch, "--watch") if watch else []
         if not watch_roots and settings.file_watcher:
-            watch_roots = resolve_roots(context, None, list(settings.file_watcher_paths))
+            paths = settings.file_watcher_paths
+            watch_roots = startup_roots(context, paths, "RIFFLUX_FILE_WATCHER_PATHS")
         if watch_roots:
             watcher = FileWatcher(context.settings, watch_roots, context.queue).start()
             ensure_workers_in_background(context)
+        refusal = context.no_default_root()
+        if refusal is not None:
+            # Once, after the startup paths passed (a refused one already said as much).
+            log.warning("mcp.no_allowed_roots", reason=refusal)
         log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
         if transport == "stdio":
             anyio.run(server.run_stdio_async)

@@ -7,11 +7,15 @@ turns those errors into tool errors. Every function may block (SQLite, embedding
 waiting for a job), so the server runs them in worker threads.
 
 The server indexes and serves only inside its allowed roots (``rifflux.index.allowed``,
-docs/security.md): ``reindex`` refuses a path outside them, a file whose name the globs
-exclude, and passes the roots to the job so the scan follows no symlink out of them;
+docs/security.md), and nothing on the deny list (``rifflux.index.denied``):
+``reindex`` refuses a path outside the roots, a secret path and a file whose name the
+globs exclude, and its job's scan follows no symlink out of the job's own roots;
 ``get_file`` and ``get_chunk`` re-check, at read time and by realpath, that the file
-still lies inside them. ``db_path`` opens another index read-only, and only when
-``RIFFLUX_ALLOW_DB_PATH`` allows it.
+still lies inside the roots and is not a secret path. ``db_path`` opens another index
+read-only, only when ``RIFFLUX_ALLOW_DB_PATH`` allows it and only inside the roots. A
+server in ``/``, a home directory or a parent of one, without ``RIFFLUX_ALLOWED_ROOTS``,
+has no allowed root: those calls fail with one line naming it (searching the server's
+own index and ``index_status`` still work).
 """
 
 from __future__ import annotations
@@ -29,11 +33,23 @@ from rifflux import status
 from rifflux.config import Settings
 from rifflux.errors import (
     IndexMissingError,
+    NoAllowedRootsError,
     PathNotAllowedError,
     RiffluxError,
     RootNotFoundError,
+    SecretPathError,
 )
-from rifflux.index.allowed import configured_roots, describe, effective_roots, is_within
+from rifflux.index.allowed import (
+    configured_roots,
+    describe,
+    effective_roots,
+    is_within,
+    known_homes,
+    no_default_root,
+    real,
+    unsafe_default_root,
+)
+from rifflux.index.denied import refused_secret, secret_reason
 from rifflux.index.scan import glob_mismatch
 from rifflux.queue.client import IndexQueue
 from rifflux.search.request import SearchRequest
@@ -73,14 +89,30 @@ class ToolContext:
 
     @property
     def allowed_roots(self) -> list[Path]:
-        """RIFFLUX_ALLOWED_ROOTS as realpaths, or the working directory."""
-        return configured_roots(self.settings, self.cwd)
+        """RIFFLUX_ALLOWED_ROOTS as realpaths, or the working directory; raises
+        NoAllowedRootsError when the working directory may not be the default."""
+        roots = configured_roots(self.settings, self.cwd)
+        if not roots:
+            raise NoAllowedRootsError(self.no_default_root() or "no allowed roots")
+        return roots
+
+    def no_default_root(self, suggest: str = "/path/to/notes") -> str | None:
+        """The one-line refusal of a server with no allowed root, else None."""
+        if self.settings.allowed_roots:
+            return None
+        why = unsafe_default_root(self.cwd, *known_homes())
+        return None if why is None else no_default_root(self.cwd, why, suggest)
 
     def roots_for(self, client_roots: Sequence[Path] | None) -> list[Path]:
-        """The allowed roots of one call, narrowed or extended by the client's roots."""
-        return effective_roots(
-            self.allowed_roots, client_roots, restricted=bool(self.settings.allowed_roots)
-        )
+        """The allowed roots of one call, narrowed or extended by the client's roots.
+
+        Without RIFFLUX_ALLOWED_ROOTS the client's roots replace the default, also on a
+        server that has no default root (the host declared them, not the model).
+        """
+        restricted = bool(self.settings.allowed_roots)
+        if client_roots is not None and not restricted:
+            return [real(c) for c in client_roots]
+        return effective_roots(self.allowed_roots, client_roots, restricted=restricted)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
@@ -94,6 +126,7 @@ class ToolContext:
         )
         if settings.auto_reindex_on_search:
             roots = [resolve_against(cwd, p) for p in settings.auto_reindex_paths] or [cwd]
+            refuse_without_roots(ctx, roots, "RIFFLUX_AUTO_REINDEX_ON_SEARCH")
             check_allowed(roots, ctx.allowed_roots)
             ctx.auto_reindex = AutoReindexer(
                 ctx.queue, roots, settings.auto_reindex_min_interval_seconds
@@ -115,6 +148,12 @@ class ToolContext:
         path = resolve_against(self.cwd, db_path)
         if path == self.settings.db_path:
             return self.search
+        allowed = self.allowed_roots
+        if not is_within(path, allowed):
+            raise PathNotAllowedError(
+                f"db_path {path} is outside the allowed roots ({describe(allowed)}); "
+                "set RIFFLUX_ALLOWED_ROOTS to allow it"
+            )
         with self._services_lock:
             service = self._other_services.get(path)
             if service is not None:
@@ -129,23 +168,12 @@ class ToolContext:
             return service
 
     def start_reindex(
-        self,
-        roots: Sequence[Path],
-        *,
-        force: bool = False,
-        prune_missing: bool = True,
-        allowed: Sequence[Path] | None = None,
+        self, roots: Sequence[Path], *, force: bool = False, prune_missing: bool = True
     ) -> str:
-        """Start workers unless some are alive, then submit one job for ``roots``.
-
-        The job's scan follows symlinks only into ``allowed`` (default: the allowed roots).
-        """
-        allowed = self.allowed_roots if allowed is None else allowed
+        """Start workers unless some are alive, then submit one job for ``roots``."""
         with self._queue_lock:
             self.queue.ensure_workers()
-            return self.queue.submit(
-                roots, force=force, prune_missing=prune_missing, allowed_roots=allowed
-            )
+            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
 
     def queue_status(self) -> dict[str, Any]:
         with self._queue_lock:
@@ -196,7 +224,8 @@ def resolve_roots(
 ) -> list[Path]:
     """``paths`` if any, else ``path``, else the server's working directory.
 
-    All must exist and lie inside ``allowed`` (default: the server's allowed roots).
+    All must exist, lie inside ``allowed`` (default: the server's allowed roots) and
+    be off the deny list (unless RIFFLUX_ALLOW_SECRET_PATHS).
     """
     given = [p for p in paths or () if p.strip()]
     if not given and path is not None and path.strip():
@@ -208,7 +237,31 @@ def resolve_roots(
     missing = [str(root) for root in roots if not root.exists()]
     if missing:
         raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
+    for text, root in zip(given, roots, strict=True):
+        lexical = os.path.abspath(ctx.cwd / Path(text).expanduser())
+        rule = refused_secret(
+            [lexical, root], is_dir=root.is_dir(), allow=ctx.settings.allow_secret_paths
+        )
+        if rule is not None:
+            raise SecretPathError(f"{root} is not indexed: {secret_reason(rule)}")
     return roots
+
+
+def startup_roots(ctx: ToolContext, paths: Sequence[str | Path], option: str) -> list[Path]:
+    """:func:`resolve_roots` for paths the operator named at start (``option``:
+    ``--watch``, ``--reindex-on-start``, ``RIFFLUX_FILE_WATCHER_PATHS``)."""
+    given = [str(p) for p in paths] or [str(ctx.cwd)]
+    refuse_without_roots(ctx, [resolve_against(ctx.cwd, p) for p in given], option)
+    return resolve_roots(ctx, None, given)
+
+
+def refuse_without_roots(ctx: ToolContext, roots: Sequence[Path], option: str) -> None:
+    """Paths the operator named at start are explicit choices, but they obey the allowed
+    roots like any other: on a server with no default root this raises the one line
+    that says to set RIFFLUX_ALLOWED_ROOTS to them."""
+    refusal = ctx.no_default_root(suggest=",".join(str(r) for r in roots))
+    if refusal is not None:
+        raise NoAllowedRootsError(f"{option} {' '.join(str(r) for r in roots)}: {refusal}")
 
 
 def check_allowed(paths: Sequence[Path], allowed: Sequence[Path]) -> None:
@@ -255,7 +308,7 @@ def reindex(
     allowed = ctx.roots_for(client_roots)
     roots = resolve_roots(ctx, path, paths, allowed=allowed)
     check_indexable_files(ctx, roots)
-    job_id = ctx.start_reindex(roots, force=force, prune_missing=prune_missing, allowed=allowed)
+    job_id = ctx.start_reindex(roots, force=force, prune_missing=prune_missing)
     if background:
         submitted = ctx.queue.job(job_id)
         return {"job_id": job_id, "status": submitted.state if submitted else "queued"}
@@ -287,17 +340,22 @@ def index_status(ctx: ToolContext) -> dict[str, Any]:
 
 
 def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:
-    """Refuse an indexed file whose realpath is, now, outside the allowed roots.
+    """Refuse an indexed file whose realpath is, now, outside the allowed roots, or
+    which (by its stored path or its realpath) is on the deny list.
 
     Checked at read time: a file swapped for a symlink after it was indexed, or an
-    index built by the CLI from elsewhere, serves nothing outside the roots.
+    index built by the CLI from elsewhere or before the deny list, serves nothing
+    outside the roots and no secret.
     """
-    real_path = ctx.search.absolute_path(stored_path)
-    if not is_within(real_path, allowed):
+    path = ctx.search.absolute_path(stored_path)
+    if not is_within(path, allowed):
         raise PathNotAllowedError(
             f"{stored_path!r} is indexed but lies outside the allowed roots "
             f"({describe(allowed)}); set RIFFLUX_ALLOWED_ROOTS to serve it"
         )
+    rule = refused_secret([path, real(path)], allow=ctx.settings.allow_secret_paths)
+    if rule is not None:
+        raise SecretPathError(f"{stored_path!r} is not served: {secret_reason(rule, 'serve')}")
 
 
 def get_chunk(
@@ -307,8 +365,9 @@ def get_chunk(
     neighbors: object = 0,
 ) -> dict[str, Any]:
     """``{chunk}``, and with ``neighbors`` ≥ 1 the chunks ``before`` and ``after`` it."""
+    allowed = ctx.roots_for(client_roots)
     found = ctx.search.chunk_with_neighbors(chunk_id, neighbors)
-    check_served(ctx, found["chunk"]["path"], ctx.roots_for(client_roots))
+    check_served(ctx, found["chunk"]["path"], allowed)
     return found
 
 
@@ -321,6 +380,7 @@ def get_file(
 ) -> dict[str, Any]:
     """An indexed file by its stored path, from the index (the file itself is not read);
     ``heading`` narrows it to one section, ``max_tokens`` fits it to a budget."""
+    allowed = ctx.roots_for(client_roots)
     found = ctx.search.get_file(path, heading=heading, max_tokens=max_tokens)
-    check_served(ctx, found["path"], ctx.roots_for(client_roots))
+    check_served(ctx, found["path"], allowed)
     return {"file": found}

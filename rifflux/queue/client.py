@@ -23,7 +23,6 @@ import structlog
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, RootNotFoundError
-from rifflux.index.allowed import configured_roots
 from rifflux.index.pipeline import job_options
 from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
@@ -158,27 +157,18 @@ class IndexQueue:
         *,
         force: bool = False,
         prune_missing: bool = True,
-        allowed_roots: Sequence[Path] | None = None,
     ) -> str:
         """Record a job and enqueue its plan step; returns the job id.
 
-        ``allowed_roots`` bound where the scan follows symlinks (default:
-        ``RIFFLUX_ALLOWED_ROOTS`` if set, else only the job's roots). A broker that
-        cannot take the message fails the submit and its job row is deleted again, so
-        no job is left ``queued`` forever.
+        The scan follows symlinks only into the job's roots. A broker that cannot take
+        the message fails the submit and its job row is deleted again, so no job is left
+        ``queued`` forever.
         """
         roots = [Path(p) for p in paths]
         for root in roots:
             if not root.exists():
                 raise RootNotFoundError(f"path to index does not exist: {root}")
-        if allowed_roots is None and self.settings.allowed_roots:
-            allowed_roots = configured_roots(self.settings, Path.cwd())
-        options = job_options(
-            self.settings,
-            force=force,
-            prune_missing=prune_missing,
-            allowed_roots=allowed_roots or (),
-        )
+        options = job_options(self.settings, force=force, prune_missing=prune_missing)
         conn = open_index(self.db_path)
         try:
             job_id = jobs.create_job(conn, [str(r.resolve()) for r in roots], options)

@@ -1,7 +1,8 @@
 """Watch roots with watchfiles and keep the index following every edit.
 
 Events are debounced by watchfiles, filtered by the include/exclude globs relative to
-the watched root, and handed to a :class:`JobCoalescer`. The watch loop runs in a
+the watched root and by the deny list (a secret path, by its name or its realpath,
+never starts a job), and handed to a :class:`JobCoalescer`. The watch loop runs in a
 supervised thread: a crash restarts it with capped exponential backoff, and after
 ``max_consecutive_crashes`` in a row it gives up and says so. Its state is persisted
 in the index (``index_metadata.watcher_state``) so ``index_status`` shows it whichever
@@ -24,6 +25,7 @@ import structlog
 import watchfiles
 
 from rifflux.config import Settings
+from rifflux.index.denied import refused_secret
 from rifflux.index.scan import matches_any
 from rifflux.store.connection import open_index
 from rifflux.store.own_files import IndexFiles
@@ -71,14 +73,19 @@ def read_watcher_state(conn: sqlite3.Connection) -> dict[str, Any]:
 def event_filter(
     roots: Sequence[Path], settings: Settings
 ) -> Callable[[watchfiles.Change, str], bool]:
-    """Keep events for indexable files (and directories, which may hold them)."""
+    """Keep events for indexable files (and directories, which may hold them); never for
+    the index's own files nor for a secret path."""
     resolved = [Path(os.path.abspath(r)) for r in roots]
     own = IndexFiles.for_settings(settings)
+    allow = settings.allow_secret_paths
 
     def keep(_change: watchfiles.Change, raw_path: str) -> bool:
         if own.owns(raw_path):
             return False
         path = Path(raw_path)
+        names = (raw_path, os.path.realpath(raw_path))
+        if refused_secret(names, is_dir=path.is_dir(), allow=allow) is not None:
+            return False
         for root in resolved:
             try:
                 rel = path.relative_to(root).as_posix()

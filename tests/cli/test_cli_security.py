@@ -239,3 +239,24 @@ def test_serve_refuses_to_watch_or_reindex_outside_the_allowed_roots(tmp_path: P
     result = rifflux(served, "serve", RIFFLUX_FILE_WATCHER="1", RIFFLUX_FILE_WATCHER_PATHS="..")
     assert_one_line_error(result, "is outside the allowed roots", "RIFFLUX_ALLOWED_ROOTS")
     assert tree_entries(served) == []
+
+
+def test_serve_in_a_home_directory_refuses_startup_paths_until_roots_are_set(
+    tmp_path: Path,
+) -> None:
+    """``--reindex-on-start``/``--watch`` are the operator's choice, but a server in a home
+    directory has no default root: the one line says which RIFFLUX_ALLOWED_ROOTS to set."""
+    home = tmp_path / "me"
+    (home / "notes").mkdir(parents=True)
+    notes = str(home / "notes")
+    result = rifflux(home, "serve", "--reindex-on-start", "notes", HOME=str(home))
+    line = assert_one_line_error(result, f"--reindex-on-start {notes}: no allowed roots")
+    assert line.endswith(
+        f"the server runs in {home} (a home directory), so nothing is shared by default; "
+        f"set RIFFLUX_ALLOWED_ROOTS={notes}"
+    )
+    result = rifflux(
+        home, "serve", HOME=str(home), RIFFLUX_FILE_WATCHER="1", RIFFLUX_FILE_WATCHER_PATHS="notes"
+    )
+    assert_one_line_error(result, f"RIFFLUX_FILE_WATCHER_PATHS {notes}: no allowed roots")
+    assert tree_entries(home) == ["notes"]

@@ -8,10 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rifflux_testing import make_settings
 
 from rifflux.index.indexer import Indexer
-from rifflux.mcp.host_config import host_config
+from rifflux.mcp.host_config import host_config, roots_warning
 
 
 def test_each_host_wraps_the_same_entry(tmp_path: Path) -> None:
@@ -52,3 +53,22 @@ def test_the_command_prints_the_snippet_with_a_relative_db_made_absolute(tmp_pat
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == host_config(host, tmp_path / "x" / "i.db")
+    assert done.stderr == ""
+
+
+def test_an_index_in_a_home_directory_gets_its_roots_printed_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server run by a host has no default root in a home directory, so the snippet
+    always names one; printing the home itself deserves a warning."""
+    home = tmp_path / "me"
+    monkeypatch.setenv("HOME", str(home))
+    db = home / ".rifflux" / "index.db"
+    assert host_config("claude", db)["mcpServers"]["rifflux"]["env"]["RIFFLUX_ALLOWED_ROOTS"] == (
+        str(home)
+    )
+    assert roots_warning(db) == (
+        f"RIFFLUX_ALLOWED_ROOTS is {home} (a home directory): the server may index and serve "
+        "everything under it except the secret paths; set it to the folders you share"
+    )
+    assert roots_warning(home / "notes" / ".rifflux" / "index.db") is None

@@ -27,6 +27,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
     stdio_session,
 )
 
+from rifflux.index.denied import secret_reason
 from rifflux.index.scan import SYMLINK_OUTSIDE
 
 pytestmark = pytest.mark.anyio
@@ -71,6 +72,7 @@ def hostile_tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
     secret.mkdir()
     (secret / "id_rsa").write_text(SECRET + "\n")
     (secret / "diary.md").write_text(DIARY)
+    (secret / "photo.jpg").write_bytes(b"\xff\xd8\xff")
     tree = build_tree(base / "work")
     notes = tree.root / "notes"
     os.symlink("../../secret/diary.md", notes / "leak.md")
@@ -142,6 +144,14 @@ async def test_get_file_refuses_an_indexed_file_swapped_for_a_symlink_out(
     assert "is not an indexed file" in await refused(session, "get_file", path="swap.md")
 
 
+@pytest.fixture
+def scratch(hostile_tree: IndexedTree, tmp_path: Path) -> Path:
+    """A fresh directory inside the server's allowed root (a db_path must lie there)."""
+    directory = hostile_tree.root / "scratch" / tmp_path.name
+    directory.mkdir(parents=True)
+    return directory
+
+
 def foreign_files(directory: Path) -> dict[str, Path]:
     """An empty file, a text file, and another application's SQLite database in WAL mode."""
     directory.mkdir(exist_ok=True)
@@ -166,9 +176,9 @@ def foreign_files(directory: Path) -> dict[str, Path]:
 
 
 async def test_db_path_never_writes_a_file_that_is_not_an_index(
-    session: ClientSession, hostile_tree: IndexedTree, tmp_path: Path
+    session: ClientSession, scratch: Path
 ) -> None:
-    files = foreign_files(tmp_path / "foreign")
+    files = foreign_files(scratch / "foreign")
     before = {name: sha256(path) for name, path in files.items()}
     sizes = {name: path.stat().st_size for name, path in files.items()}
     for name, path in files.items():
@@ -182,19 +192,19 @@ async def test_db_path_never_writes_a_file_that_is_not_an_index(
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     conn.close()
     assert tables == ["notes"]
-    missing = tmp_path / "nowhere" / "index.db"
+    missing = scratch / "nowhere" / "index.db"
     message = await refused(session, "search_rifflux", query="x", db_path=str(missing))
     assert message.startswith(f"no index at {missing}")
     assert not missing.parent.exists()
     assert "is a directory" in await refused(
-        session, "search_rifflux", query="x", db_path=str(tmp_path)
+        session, "search_rifflux", query="x", db_path=str(scratch)
     )
 
 
 async def test_db_path_searches_another_index_without_writing_it(
-    session: ClientSession, tmp_path: Path
+    session: ClientSession, scratch: Path
 ) -> None:
-    other = build_tree(tmp_path / "other")
+    other = build_tree(scratch / "other")
     shutil.rmtree(f"{other.db_path}.vectors")
     digest = sha256(other.db_path)
     result = await ok(session, "search_rifflux", query="basil tomatoes", db_path=str(other.db_path))
@@ -204,9 +214,9 @@ async def test_db_path_searches_another_index_without_writing_it(
 
 
 async def test_a_damaged_database_is_one_line_naming_the_rebuild(
-    session: ClientSession, tmp_path: Path
+    session: ClientSession, scratch: Path
 ) -> None:
-    other = build_tree(tmp_path / "damaged")
+    other = build_tree(scratch / "damaged")
     data = bytearray(other.db_path.read_bytes())
     page = 4096
     for offset in range(page, len(data), page):
@@ -231,8 +241,10 @@ async def test_client_roots_narrow_the_allowed_roots(hostile_tree: IndexedTree) 
             s, "get_file", path="notes/gardening.txt"
         )
         assert (await ok(s, "get_file", path="docs/install.md"))["file"]["chunks"]
-        message = await refused(s, "reindex", path=str(secret / "id_rsa"))
+        message = await refused(s, "reindex", path=str(secret / "photo.jpg"))
         assert "is not indexed: its name does not match RIFFLUX_INDEX_INCLUDE_GLOBS" in message
+        message = await refused(s, "reindex", path=str(secret / "id_rsa"))
+        assert message.endswith("is not indexed: " + secret_reason("id_*"))
         result = await ok(s, "reindex", path="docs")
         assert result["indexed_paths"] == [str(root / "docs")]
 

@@ -60,6 +60,8 @@ def test_db_path_searches_another_index_and_reuses_its_service(
     tool_context: ToolContext, shared_tree: IndexedTree
 ) -> None:
     other = str(shared_tree.db_path)
+    allowed = (str(tool_context.cwd), str(shared_tree.root))
+    tool_context.settings = tool_context.settings.with_overrides(allowed_roots=allowed)
     response = tools.search_rifflux(tool_context, "fusion", mode="lexical", db_path=other)
     assert response["count"] > 0
     assert tool_context.service_for(other) is tool_context.service_for(other)
@@ -77,10 +79,8 @@ def test_missing_db_path_is_not_found_and_not_created(tool_context: ToolContext)
     assert not (tool_context.cwd / "nowhere").exists()
 
 
-def test_db_of_another_schema_version_is_a_clear_error(
-    tool_context: ToolContext, tmp_path: Path
-) -> None:
-    db = make_foreign_schema_db(tmp_path / "old.db")
+def test_db_of_another_schema_version_is_a_clear_error(tool_context: ToolContext) -> None:
+    db = make_foreign_schema_db(tool_context.cwd / "old.db")
     with pytest.raises(SchemaVersionError, match="schema version 999"):
         tools.search_rifflux(tool_context, "basil", db_path=str(db))
 
@@ -113,14 +113,7 @@ class FakeQueue:
     def ensure_workers(self) -> None:
         self.workers_ensured += 1
 
-    def submit(
-        self,
-        roots: list[Path],
-        *,
-        force: bool,
-        prune_missing: bool,
-        allowed_roots: list[Path] | None = None,
-    ) -> str:
+    def submit(self, roots: list[Path], *, force: bool, prune_missing: bool) -> str:
         self.submitted.append((list(roots), force, prune_missing))
         return "job-1"
 

@@ -257,3 +257,18 @@ def test_only_the_index_own_files_are_ignored(tmp_path: Path) -> None:
         assert not keep(watchfiles.Change.modified, str(tmp_path / name)), name
     for name in ["notes.md", "docs/index.md", "index.md", "queue.txt"]:
         assert keep(watchfiles.Change.modified, str(tmp_path / name)), name
+
+
+def test_secret_paths_never_start_a_job(tmp_path: Path) -> None:
+    """The deny list applies to watched paths: by name, by directory and by realpath."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "install.md").symlink_to("../.ssh/id_rsa")
+    secrets = [".ssh/notes.md", ".ssh", "docs/install.md", "docs/id_deploy.md", "docs/.env.md"]
+    for allow, expected in ((False, False), (True, True)):
+        settings = make_settings(tmp_path, allow_secret_paths=allow, include_globs=("*.md",))
+        keep = event_filter([tmp_path], settings)
+        for name in secrets:
+            assert keep(watchfiles.Change.modified, str(tmp_path / name)) is expected, name
+        assert keep(watchfiles.Change.modified, str(tmp_path / "docs" / "guide.md"))
