@@ -563,12 +563,13 @@ class SearchService:
         """
         budget = check_max_tokens(max_tokens)
         reader = IndexReader(self.connection())
-        file_row = reader.file_by_path(path)
-        if file_row is None:
-            raise NotFoundError(
-                f"{path!r} is not an indexed file; pass a path exactly as search results show it"
-            )
         with transaction(reader.conn, write=False):
+            file_row = reader.file_by_path(path)
+            if file_row is None:
+                raise NotFoundError(
+                    f"{path!r} is not an indexed file; pass a path exactly as search results "
+                    "show it"
+                )
             chunks = _chunk_details(reader, reader.chunks_of_file(int(file_row["id"])))
         found: dict[str, Any] = {"path": file_row["path"], "sha256": file_row["sha256"]}
         if heading is not None:

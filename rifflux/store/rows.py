@@ -4,11 +4,11 @@ Built by ``rifflux.index.prepare`` (chunking) and written by
 :class:`~rifflux.store.writer.IndexWriter` (on the index host); plain data, so the store
 layer needs nothing from the layers above it.
 
-A chunk's ``headings`` column holds the headings that start in it, as JSON:
-``[{"offset": 0, "heading_path": "Guide"}, {"offset": 17, "heading_path": "Guide >
-Install"}]``, offsets in characters (code points) of its content, in order; ``[]`` when
-none starts in it. NULL (a row written before the column existed) means not recorded:
-readers then know the chunk by its ``heading_path`` alone.
+A chunk's ``headings`` column holds the headings that start in it, as JSON ``[offset,
+breadcrumb]`` pairs: ``[[0, "Guide"], [17, "Guide > Install"]]``, offsets in characters
+(code points) of its content, in order; ``[]`` when none starts in it (pairs rather than
+objects: a quarter smaller on awesome-copilot). NULL (a row written before the column
+existed) means not recorded: readers then know the chunk by its ``heading_path`` alone.
 """
 
 from __future__ import annotations
@@ -40,14 +40,13 @@ class PreparedFile:
 
 def headings_json(headings: Sequence[tuple[int, str]]) -> str:
     """The ``headings`` column of a chunk: ``(offset, heading_path)`` pairs as JSON."""
-    return json.dumps(
-        [{"offset": offset, "heading_path": path} for offset, path in headings],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    pairs = [[offset, path] for offset, path in headings]
+    return json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
 
 
 def headings_from_json(text: str | None) -> list[dict[str, Any]] | None:
     """A stored ``headings`` column as a list of ``{offset, heading_path}``; None when the
     row has none recorded (written by an older Rifflux)."""
-    return None if text is None else list(json.loads(text))
+    if text is None:
+        return None
+    return [{"offset": offset, "heading_path": path} for offset, path in json.loads(text)]

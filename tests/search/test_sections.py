@@ -3,6 +3,7 @@ how an index written before chunks recorded them still answers (issue 20, findin
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from itertools import pairwise
 from pathlib import Path
@@ -113,8 +114,12 @@ def test_an_older_index_answers_by_heading_path_until_reindexed(tmp_path: Path) 
     assert service.get_file("docs/guide.md")["chunks"][0]["headings"] is None
     service.close()
 
-    # Reindexing with --force records them.
+    # Reindexing with --force records them, as [offset, breadcrumb] pairs.
     Indexer(config).run([docs], force=True)
+    conn = sqlite3.connect(config.db_path)
+    [(stored,)] = conn.execute("SELECT headings FROM chunks").fetchall()
+    conn.close()
+    assert json.loads(stored) == [list(mark) for mark in MERGED.headings or ()]
     service = SearchService(config)
     found = service.get_file("docs/guide.md", heading="Linux")
     assert found["heading"] == "Guide > Install > Linux"
