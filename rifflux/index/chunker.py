@@ -11,16 +11,24 @@ order they apply:
 - a section's blocks are packed greedily up to ``max_chars``; a block that does not fit is split
   along its own structure (list items, blockquote children, table rows with the header
   repeated), then on sentence boundaries, then on whitespace;
-- fenced and indented code is never split: an oversized code block becomes a chunk of its own;
+- fenced and indented code is never split up to the hard cap (``cap.HARD_CAP_FACTOR`` ×
+  ``max_chars``): an oversized code block becomes a chunk of its own, and one beyond the
+  cap is cut at line breaks into pieces within it (``cap.py``);
 - a chunk shorter than ``min_chars`` is merged into the preceding chunk if the result fits in
   ``max_chars``, else into the following one, else kept as is;
-- nothing is dropped: every non-whitespace character of the input lands in some chunk.
+- nothing is dropped: every non-whitespace character of the input lands in some chunk;
+- no chunk exceeds the hard cap; the cap applies last, to the few chunks over it, so it
+  changes no other chunk (a file's later chunks only shift their ``chunk_index``);
+- a chunk records every top-level heading that starts in it (``headings``: its offset in
+  ``content`` and its breadcrumb), so a merged chunk, whose ``heading_path`` is its first
+  heading's, still names the sections it holds.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
@@ -31,6 +39,7 @@ from markdown_it import MarkdownIt
 
 from rifflux.index import blocks as block_scan
 from rifflux.index.blocks import CODE, HEADING, OTHER, TABLE, Opener
+from rifflux.index.cap import cap_spans, hard_cap
 
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})
 """Lower-cased file suffixes chunked as markdown; every other file is chunked as plain text."""
@@ -58,6 +67,13 @@ _UP_TO_LAST_SPACE = re.compile(r".*\s", re.S)
 _REPEATED_SLASHES = re.compile(r"/{2,}")
 
 
+class HeadingMark(NamedTuple):
+    """A heading that starts inside a chunk: where in its content, and its breadcrumb."""
+
+    offset: int  # characters (code points) into the chunk's content
+    heading_path: str  # the heading's full breadcrumb, e.g. "Guide > Install > Linux"
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One retrieval unit: a stripped slice of the source and the headings above it."""
@@ -65,6 +81,7 @@ class Chunk:
     chunk_index: int  # 0-based position in the file
     heading_path: str  # e.g. "Guide > Install > Linux"; "" outside any heading
     content: str  # markdown source slice, stripped
+    headings: tuple[HeadingMark, ...] = ()  # top-level headings starting in it, in order
 
 
 class _Atom(NamedTuple):
@@ -85,6 +102,7 @@ class _Draft:
     end: int
     lead: str
     path: str
+    glued: int = -1  # where the atom glued after a sticky heading starts; -1: none
 
     @property
     def size(self) -> int:
@@ -148,12 +166,14 @@ def chunk_markdown(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
         title = _front_matter_title(front.group("body"))
     openers = _openers(lines, body_line, front.end() if front else 0)
     tops = _Tops(openers, body_line, lines.count)
+    sections = _sections(tops, title)
     drafts = [
         draft
-        for number, (path, first, end) in enumerate(_sections(tops, title))
+        for number, (path, first, end) in enumerate(sections)
         for draft in _section_drafts(lines, tops, first, end, path, max_chars, number == 0)
     ]
-    return _chunks(src, _merge_small(drafts, max_chars, min_chars))
+    drafts = _capped(src, _merge_small(drafts, max_chars, min_chars), hard_cap(max_chars))
+    return _chunks(src, drafts, _heading_marks(lines, tops, sections))
 
 
 def chunk_plain_text(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
@@ -294,6 +314,20 @@ def _sections(tops: _Tops, title: str) -> list[tuple[str, int, int]]:
 
 def _breadcrumb(stack: list[tuple[int, str]]) -> str:
     return HEADING_SEPARATOR.join(text for _, text in stack if text)
+
+
+def _heading_marks(
+    lines: _Lines, tops: _Tops, sections: list[tuple[str, int, int]]
+) -> list[tuple[int, str]]:
+    """``(source offset, breadcrumb)`` of every top-level heading, in order: each section
+    but the preamble opens with one, at the first non-blank character of its line."""
+    marks = []
+    for path, first, _ in sections[1:]:
+        line = tops.openers[tops.index[first]][0]
+        spaces = _SPACES.match(lines.src, lines.starts[line])
+        assert spaces is not None  # \s* matches anywhere, if only the empty string
+        marks.append((spaces.end(), path))
+    return marks
 
 
 def _section_drafts(
@@ -450,7 +484,9 @@ def _pack(atoms: list[_Atom], limit: int, path: str) -> list[_Draft]:
     drafts: list[_Draft] = []
     glue = False
     for atom in atoms:
-        if drafts and (glue or len(drafts[-1].lead) + atom.end - drafts[-1].start <= limit):
+        if drafts and glue:
+            drafts[-1].end, drafts[-1].glued = atom.end, atom.start
+        elif drafts and len(drafts[-1].lead) + atom.end - drafts[-1].start <= limit:
             drafts[-1].end = atom.end
         else:
             drafts.append(_Draft(atom.start, atom.end, atom.lead, path))
@@ -494,8 +530,38 @@ def _joined(first: _Draft, second: _Draft) -> _Draft:
     return _Draft(first.start, second.end, first.lead, first.path)
 
 
-def _chunks(src: str, drafts: list[_Draft]) -> list[Chunk]:
-    return [
-        Chunk(index, draft.path, draft.lead + src[draft.start : draft.end])
-        for index, draft in enumerate(drafts)
-    ]
+def _capped(src: str, drafts: list[_Draft], cap: int) -> list[_Draft]:
+    """Every draft within ``cap``: one over it is cut by ``cap.cap_spans``.
+
+    Only code exceeds ``max_chars`` (a draft over it is one code atom, or a heading with
+    the code glued after it), so a draft over the cap holds code. A heading glued to code
+    within the cap parts from it instead, so that code within the cap is never split.
+    """
+    capped: list[_Draft] = []
+    for draft in drafts:
+        if draft.size <= cap:
+            capped.append(draft)
+            continue
+        if draft.glued >= 0 and draft.end - draft.glued <= cap:
+            heading_end = draft.start + len(src[draft.start : draft.glued].rstrip())
+            pieces = [(draft.start, heading_end), (draft.glued, draft.end)]
+        else:
+            pieces = cap_spans(src, draft.start, draft.end, cap - len(draft.lead))
+        capped += [
+            _Draft(start, end, "" if number else draft.lead, draft.path)
+            for number, (start, end) in enumerate(pieces)
+        ]
+    return capped
+
+
+def _chunks(src: str, drafts: list[_Draft], marks: Sequence[tuple[int, str]] = ()) -> list[Chunk]:
+    """The chunks of ``drafts``, each with the heading ``marks`` (source offset,
+    breadcrumb; sorted) that start inside it."""
+    offsets = [offset for offset, _ in marks]
+    chunks = []
+    for index, draft in enumerate(drafts):
+        first, last = bisect_left(offsets, draft.start), bisect_left(offsets, draft.end)
+        shift = len(draft.lead) - draft.start
+        headings = tuple(HeadingMark(offset + shift, path) for offset, path in marks[first:last])
+        chunks.append(Chunk(index, draft.path, draft.lead + src[draft.start : draft.end], headings))
+    return chunks

@@ -15,7 +15,7 @@ import numpy as np
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
 from rifflux.index.chunker import chunk_document, chunk_id_for
-from rifflux.store.rows import PreparedChunk, PreparedFile
+from rifflux.store.rows import PreparedChunk, PreparedFile, headings_json
 
 
 def embedding_input(heading_path: str, content: str) -> str:
@@ -41,6 +41,7 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
             chunk.heading_path,
             chunk.content,
             text_sha256(embedding_input(chunk.heading_path, chunk.content)),
+            headings_json(chunk.headings),
         )
         for chunk in chunk_document(
             work.text, work.rel_path, max_chars=max_chars, min_chars=min_chars

@@ -252,7 +252,8 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         ] = 0,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content}},
+        """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content,
+        headings}} (headings: [{offset, heading_path}] of the headings that start in it),
         and with neighbors >= 1 also {before: [...], after: [...]}."""
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(tools.get_chunk, ctx, chunk_id, roots, neighbors)
@@ -268,7 +269,7 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
             Field(
                 description="Only this section and its subsections: a heading path such "
                 "as 'Guide > Install', case-insensitive; a unique suffix ('install') is "
-                "enough."
+                "enough. Any heading of the file, also one inside a merged chunk."
             ),
         ] = None,
         max_tokens: Annotated[

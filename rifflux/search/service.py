@@ -72,7 +72,7 @@ from rifflux.search.request import (
     check_neighbors,
     check_top_k,
 )
-from rifflux.search.sections import in_section, resolve_heading
+from rifflux.search.sections import ChunkHeadings, breadcrumbs, resolve_heading, section_parts
 from rifflux.store.connection import (
     damaged_index,
     is_damage_error,
@@ -81,6 +81,7 @@ from rifflux.store.connection import (
 )
 from rifflux.store.integrity import quick_check
 from rifflux.store.reader import IndexReader, current_generation, get_metadata
+from rifflux.store.rows import headings_from_json
 from rifflux.vectors.cache import SemanticHit, VectorCache
 from rifflux.vectors.segments import CacheCorrupt, forget_verified, stat_key, vectors_dir
 
@@ -117,6 +118,62 @@ def _chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
         "chunk_index": int(row["chunk_index"]),
         "content": row["content"],
     }
+
+
+def _chunk_details(reader: IndexReader, rows: Sequence[sqlite3.Row]) -> list[dict[str, Any]]:
+    """Chunks as ``get_chunk`` and ``get_file`` show them: a search result's keys and
+    ``headings``, the headings that start in the chunk (``[{offset, heading_path}]``;
+    None in a row an older Rifflux wrote). Search results never carry ``headings``."""
+    stored = reader.headings_of_rowids(int(row["id"]) for row in rows)
+    return [
+        {**_chunk_dict(row), "headings": headings_from_json(stored.get(int(row["id"])))}
+        for row in rows
+    ]
+
+
+def _section_chunks(
+    chunks: list[dict[str, Any]], heading: str, file_path: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """The section ``heading`` names and its chunks: a chunk holding more than the section
+    (a merged chunk) is cut to the section's part (rifflux.search.sections), keeping its
+    ``chunk_id`` and ``chunk_index``, with that part's breadcrumb and headings."""
+    views = [
+        ChunkHeadings(
+            c["heading_path"],
+            len(c["content"]),
+            None
+            if c["headings"] is None
+            else [(h["offset"], h["heading_path"]) for h in c["headings"]],
+        )
+        for c in chunks
+    ]
+    section = resolve_heading(heading, breadcrumbs(views), file_path)
+    found = []
+    for part in section_parts(views, section):
+        chunk = chunks[part.position]
+        if part.start == 0 and part.end == len(chunk["content"]):
+            found.append(chunk)
+            continue
+        found.append(
+            {
+                **chunk,
+                "heading_path": part.heading_path,
+                "content": chunk["content"][part.start : part.end].rstrip(),
+                "headings": [
+                    {**h, "offset": h["offset"] - part.start}
+                    for h in chunk["headings"] or ()
+                    if part.start <= h["offset"] < part.end
+                ],
+            }
+        )
+    return section, found
+
+
+def _headings_within(
+    headings: list[dict[str, Any]] | None, length: int
+) -> list[dict[str, Any]] | None:
+    """The headings that start within a chunk's first ``length`` characters (a cut one)."""
+    return None if headings is None else [h for h in headings if h["offset"] < length]
 
 
 def _ranks(score: dict[str, float], fused: Any) -> dict[str, Any]:
@@ -464,10 +521,13 @@ class SearchService:
 
     @_reports_damage
     def get_chunk(self, chunk_id: str) -> dict[str, Any]:
-        row = IndexReader(self.connection()).chunk_by_id(chunk_id)
-        if row is None:
-            raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
-        return _chunk_dict(row)
+        """A chunk as search results show it, with ``headings`` added."""
+        reader = IndexReader(self.connection())
+        with transaction(reader.conn, write=False):
+            row = reader.chunk_by_id(chunk_id)
+            if row is None:
+                raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
+            return _chunk_details(reader, [row])[0]
 
     @_reports_damage
     def chunk_with_neighbors(self, chunk_id: str, neighbors: object = 0) -> dict[str, Any]:
@@ -483,7 +543,7 @@ class SearchService:
             file_id = reader.file_id_of_chunk(chunk_id)
             index = chunk["chunk_index"]
             rows = reader.chunks_of_file_between(int(file_id or 0), index - count, index + count)
-        around = [_chunk_dict(row) for row in rows]
+            around = _chunk_details(reader, rows)
         return {
             "chunk": chunk,
             "before": [c for c in around if c["chunk_index"] < index],
@@ -497,29 +557,33 @@ class SearchService:
         """An indexed file's chunks, by its stored path. Never reads the filesystem.
 
         ``heading``: only that section and its subsections (rifflux.search.sections), the
-        resolved path under ``heading``. ``max_tokens``: chunks in order while they fit,
-        the next cut to its beginning; each chunk gains ``tokens`` and ``truncated`` and
-        the file a ``budget``.
+        resolved path under ``heading``; a merged chunk is cut to the section's part.
+        ``max_tokens``: chunks in order while they fit, the next cut to its beginning;
+        each chunk gains ``tokens`` and ``truncated`` and the file a ``budget``.
         """
         budget = check_max_tokens(max_tokens)
         reader = IndexReader(self.connection())
-        file_row = reader.file_by_path(path)
-        if file_row is None:
-            raise NotFoundError(
-                f"{path!r} is not an indexed file; pass a path exactly as search results show it"
-            )
-        chunks = [_chunk_dict(row) for row in reader.chunks_of_file(int(file_row["id"]))]
+        with transaction(reader.conn, write=False):
+            file_row = reader.file_by_path(path)
+            if file_row is None:
+                raise NotFoundError(
+                    f"{path!r} is not an indexed file; pass a path exactly as search results "
+                    "show it"
+                )
+            chunks = _chunk_details(reader, reader.chunks_of_file(int(file_row["id"])))
         found: dict[str, Any] = {"path": file_row["path"], "sha256": file_row["sha256"]}
         if heading is not None:
-            section = resolve_heading(
-                heading, [c["heading_path"] for c in chunks], str(file_row["path"])
-            )
-            chunks = [c for c in chunks if in_section(c["heading_path"], section)]
-            found["heading"] = section
+            found["heading"], chunks = _section_chunks(chunks, heading, str(file_row["path"]))
         if budget is not None:
             fitted = fit_in_order([c["content"] for c in chunks], budget)
             kept = [
-                {**c, "content": f.text, "tokens": f.tokens, "truncated": f.truncated}
+                {
+                    **c,
+                    "content": f.text,
+                    "headings": _headings_within(c["headings"], len(f.text)),
+                    "tokens": f.tokens,
+                    "truncated": f.truncated,
+                }
                 for c, f in zip(chunks, fitted, strict=False)  # fitted may stop early
             ]
             found["budget"] = {

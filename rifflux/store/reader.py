@@ -242,6 +242,16 @@ class IndexReader:
         ).fetchone()
         return row
 
+    def headings_of_rowids(self, rowids: Iterable[int]) -> dict[int, str | None]:
+        """``{rowid: headings column}`` of chunk ``rowids`` (rifflux.store.rows); every
+        value None in an older index, which has no such column until a writer opens it."""
+        ids = list(rowids)
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(chunks)")}
+        if "headings" not in columns:
+            return dict.fromkeys(ids)
+        rows = select_in(self.conn, "SELECT id, headings FROM chunks WHERE id IN ({marks})", ids)
+        return {int(row[0]): row[1] for row in rows}
+
     def file_by_path(self, path: str) -> sqlite3.Row | None:
         """(id, path, sha256) of the indexed file stored as ``path``."""
         row: sqlite3.Row | None = self.conn.execute(

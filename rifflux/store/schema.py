@@ -53,6 +53,9 @@ CREATE TABLE IF NOT EXISTS chunks (
     content      TEXT NOT NULL,
     -- sha256 of the text given to the embedder: equal hashes share one vector.
     embed_sha256 TEXT NOT NULL,
+    -- JSON list of the headings that start in the chunk (rifflux.store.rows); NULL in
+    -- rows written before it was recorded.
+    headings     TEXT,
     UNIQUE (file_id, chunk_index)
 );
 CREATE INDEX IF NOT EXISTS chunks_embed_sha256 ON chunks(embed_sha256);
@@ -196,6 +199,8 @@ ADDED_TABLES: dict[str, str] = {"chunks_cjk": CJK_SQL, "files_fts": PATHS_SQL}
 
 # table -> (column, declaration) added since the table was first created, in order.
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    # No backfill: an older row's NULL reads as "not recorded" (its heading_path alone).
+    "chunks": (("headings", "TEXT"),),
     "jobs": (
         ("planned", "INTEGER NOT NULL DEFAULT 0"),
         ("skipped", "TEXT NOT NULL DEFAULT '[]'"),

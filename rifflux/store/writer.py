@@ -94,9 +94,17 @@ class IndexWriter(IndexReader):
             conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
             conn.executemany(
                 "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content, "
-                "embed_sha256) VALUES (?, ?, ?, ?, ?, ?)",
+                "embed_sha256, headings) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (c.chunk_id, file_id, c.chunk_index, c.heading_path, c.content, c.embed_sha256)
+                    (
+                        c.chunk_id,
+                        file_id,
+                        c.chunk_index,
+                        c.heading_path,
+                        c.content,
+                        c.embed_sha256,
+                        c.headings,
+                    )
                     for c in prepared.chunks
                 ],
             )

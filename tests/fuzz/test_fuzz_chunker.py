@@ -1,5 +1,5 @@
 """Fuzzing the chunker with arbitrary and markdown-shaped text: never crashes, loses no
-text, never splits a fence."""
+text, never exceeds the hard cap, never splits a fence within it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
+from rifflux.index.cap import hard_cap
 from rifflux.index.chunker import Chunk, chunk_markdown, chunk_plain_text
 
 # Fragments that mean something to a markdown parser, mixed with arbitrary text.
@@ -78,6 +79,7 @@ def normalized(text: str) -> str:
 def check(text: str, chunks: list[Chunk], max_chars: int) -> None:
     assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
     assert all(c.content and c.content == c.content.strip() for c in chunks)
+    assert all(len(c.content) <= hard_cap(max_chars) for c in chunks)
     lost = non_space(normalized(text)) - non_space("".join(c.content for c in chunks))
     assert not lost, lost
 
@@ -101,9 +103,27 @@ def test_plain_text_chunker_never_crashes_loses_nothing_and_keeps_the_bound(
     assert all(len(c.content) <= limits[0] for c in chunks)
 
 
+# Long code: fences and unclosed fences of many lines, some lines longer than any cap.
+CODE_LINE = st.one_of(LINE, st.text(alphabet="ab \t", min_size=50, max_size=2500))
+LONG_CODE = st.tuples(
+    st.sampled_from(["```", "~~~", "    ", "> ```", "- ```", "# T\n\n```"]),
+    st.lists(CODE_LINE, max_size=80),
+    st.sampled_from(["", "\n```", "\n~~~", "\n\nafter"]),
+).map(lambda parts: parts[0] + "\n" + "\n".join(parts[1]) + parts[2])
+
+
+@FUZZ
+@given(st.one_of(LONG_CODE, MARKDOWNISH), LIMITS)
+def test_no_chunk_exceeds_the_hard_cap(text: str, limits: tuple[int, int]) -> None:
+    chunks = chunk_markdown(text, max_chars=limits[0], min_chars=limits[1])
+    check(text, chunks, limits[0])
+    again = chunk_markdown(text, max_chars=limits[0], min_chars=limits[1])
+    assert again == chunks
+
+
 @FUZZ
 @given(MARKDOWNISH, LIMITS)
-def test_fences_are_never_split(text: str, limits: tuple[int, int]) -> None:
+def test_fences_within_the_cap_are_never_split(text: str, limits: tuple[int, int]) -> None:
     # Front matter is chunked as text, not parsed: start with a paragraph so the oracle
     # parser sees the same blocks as the chunker.
     src = "intro\n\n" + normalized(text)
@@ -112,4 +132,5 @@ def test_fences_are_never_split(text: str, limits: tuple[int, int]) -> None:
     for token in MarkdownIt("commonmark").enable("table").parse(src):
         if token.type == "fence" and token.map:
             fence = "\n".join(lines[token.map[0] : token.map[1]]).strip()
-            assert any(fence in c.content for c in chunks), fence
+            if len(fence) <= hard_cap(limits[0]):
+                assert any(fence in c.content for c in chunks), fence

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from rifflux_testing import AWESOME_COPILOT, SHARED
 
+from rifflux.index.cap import hard_cap
 from rifflux.index.chunker import (
     Chunk,
+    HeadingMark,
     chunk_document,
     chunk_id_for,
     chunk_markdown,
@@ -94,6 +96,60 @@ def test_crlf_input_is_chunked_like_lf_input() -> None:
     assert md(doc.replace("\n", "\r\n")) == md(doc)
 
 
+# --- the headings a chunk spans (issue 20, finding 8) ----------------------------------------
+
+FINDING_8 = (
+    "# Guide\n\nAbout it.\n\n## Install\n\nGet it.\n\n### Linux\n\napt install it.\n\n"
+    "### Windows\n\nRun the installer.\n\n## Usage\n\nRun it.\n"
+)
+
+
+def heading_at(chunk: Chunk, mark: HeadingMark) -> str:
+    """The heading line at a mark of ``chunk``."""
+    return chunk.content[mark.offset :].split("\n", 1)[0]
+
+
+def test_a_merged_chunk_records_every_heading_it_spans() -> None:
+    [chunk] = md(FINDING_8, min_chars=600)
+    assert chunk.heading_path == "Guide"  # the contract: its first heading's breadcrumb
+    assert [m.heading_path for m in chunk.headings] == [
+        "Guide",
+        "Guide > Install",
+        "Guide > Install > Linux",
+        "Guide > Install > Windows",
+        "Guide > Usage",
+    ]
+    lines = [heading_at(chunk, m) for m in chunk.headings]
+    assert lines == ["# Guide", "## Install", "### Linux", "### Windows", "## Usage"]
+
+
+def test_a_chunk_that_continues_a_section_records_only_headings_starting_in_it() -> None:
+    doc = f"# A\n\n{sentences(60)}\n\n## B\n\nb.\n"
+    chunks = md(doc, max_chars=1200, min_chars=0)
+    assert [[m.heading_path for m in c.headings] for c in chunks] == [["A"], [], ["A > B"]]
+    assert heading_at(chunks[2], chunks[2].headings[0]) == "## B"
+
+
+def test_heading_marks_cover_setext_indented_and_front_matter_titled_headings() -> None:
+    [chunk] = md(
+        "---\ntitle: Doc\n---\n\nIntro.\n\n  Install\n  -------\n\nSteps.\n", min_chars=600
+    )
+    assert chunk.heading_path == "Doc"
+    assert chunk.headings == (HeadingMark(chunk.content.index("Install"), "Doc > Install"),)
+
+
+def test_headings_after_code_over_the_cap_land_in_the_right_piece() -> None:
+    fence = "```\n" + "\n".join(f"line {i}" for i in range(400)) + "\n```"
+    chunks = md(f"# Code\n\n{fence}\n\n## After\n\nText.\n", max_chars=300, min_chars=0)
+    marked = [(c.chunk_index, heading_at(c, m)) for c in chunks for m in c.headings]
+    assert marked == [(0, "# Code"), (len(chunks) - 1, "## After")]
+    assert all(len(c.content) <= hard_cap(300) for c in chunks)
+
+
+def test_plain_text_records_no_headings() -> None:
+    assert chunk_plain_text("# Not a heading\n\ntext", max_chars=100, min_chars=0)[0].headings == ()
+
+
 # --- front matter ---------------------------------------------------------------------------
 
 
@@ -142,7 +198,7 @@ def test_oversized_fence_stays_whole_and_hides_its_heading_like_lines() -> None:
     body = "\n".join(f"# not a heading {i}\nprint({i})" for i in range(30))
     fence = f"```python\n{body}\n```"
     doc = f"# Guide\n\n{sentences(3)}\n\n{fence}\n\nAfter the fence.\n"
-    chunks = md(doc, max_chars=200)
+    chunks = md(doc, max_chars=250)  # the fence is over max_chars, within the hard cap
     holders = [chunk for chunk in chunks if "print(0)" in chunk.content]
     assert len(holders) == 1
     assert fence in holders[0].content
@@ -161,7 +217,7 @@ def test_tilde_fence_inside_an_oversized_list_is_not_split() -> None:
 
 def test_heading_stays_with_an_oversized_fence_that_follows_it() -> None:
     fence = "```\n" + "\n".join(f"line {i}" for i in range(50)) + "\n```"
-    chunks = md(f"## Example\n\n{fence}\n", max_chars=100)
+    chunks = md(f"## Example\n\n{fence}\n", max_chars=120)
     assert len(chunks) == 1
     assert chunks[0].content == f"## Example\n\n{fence}"
 
@@ -240,7 +296,7 @@ def test_word_longer_than_max_is_cut_at_max() -> None:
 def test_short_file_yields_one_chunk() -> None:
     doc = "# Title\n\nSome text.\n- item\n"
     chunks = md(doc, min_chars=150)
-    assert chunks == [Chunk(0, "Title", doc.strip())]
+    assert chunks == [Chunk(0, "Title", doc.strip(), (HeadingMark(0, "Title"),))]
 
 
 def test_empty_or_blank_input_yields_no_chunks() -> None:
@@ -252,7 +308,8 @@ def test_empty_or_blank_input_yields_no_chunks() -> None:
 def test_small_section_merges_into_the_preceding_chunk() -> None:
     doc = f"# A\n\n{sentences(10)}\n\n## B\n\nTiny.\n"
     chunks = md(doc, min_chars=150)
-    assert chunks == [Chunk(0, "A", doc.strip())]
+    marks = (HeadingMark(0, "A"), HeadingMark(doc.index("## B"), "A > B"))
+    assert chunks == [Chunk(0, "A", doc.strip(), marks)]
 
 
 def test_small_section_merges_forward_when_the_preceding_chunk_is_full() -> None:
@@ -261,13 +318,17 @@ def test_small_section_merges_forward_when_the_preceding_chunk_is_full() -> None
     rest = f"{tiny}\n\n### C\n\n{sentences(10)}"
     assert len(first) <= 1200 < len(first) + len(tiny)
     chunks = md(f"{first}\n\n{rest}\n", min_chars=150)
-    assert chunks == [Chunk(0, "A", first), Chunk(1, "A > B", rest)]
+    assert chunks == [
+        Chunk(0, "A", first, (HeadingMark(0, "A"),)),
+        Chunk(1, "A > B", rest, (HeadingMark(0, "A > B"), HeadingMark(len(tiny) + 2, "A > B > C"))),
+    ]
 
 
 def test_runs_of_small_sections_cascade_into_one_chunk() -> None:
     doc = "".join(f"## S{i}\n\nShort {i}.\n\n" for i in range(6))
     chunks = md(doc, min_chars=150)
-    assert chunks == [Chunk(0, "S0", doc.strip())]
+    marks = tuple(HeadingMark(doc.index(f"## S{i}"), f"S{i}") for i in range(6))
+    assert chunks == [Chunk(0, "S0", doc.strip(), marks)]
 
 
 def test_small_chunk_that_cannot_merge_is_kept() -> None:
@@ -320,12 +381,24 @@ def check_invariants(doc: str, blocks: list[str], max_chars: int, min_chars: int
     assert chunks == md(doc, max_chars, min_chars)
     assert [chunk.chunk_index for chunk in chunks] == list(range(len(chunks)))
     assert all(chunk.content == chunk.content.strip() and chunk.content for chunk in chunks)
+    cap = hard_cap(max_chars)
+    fences = [block for block in blocks if block.startswith("```")]
     for chunk in chunks:
-        assert len(chunk.content) <= max_chars or "```" in chunk.content
-        assert not has_unclosed_fence(chunk.content)
-    for fence in (block for block in blocks if block.startswith("```")):
-        assert any(fence in chunk.content for chunk in chunks)
+        # Only code exceeds max_chars: a whole fence, or a piece of one over the cap.
+        code = "```" in chunk.content or any(chunk.content in fence for fence in fences)
+        assert len(chunk.content) <= max_chars or code
+        assert len(chunk.content) <= cap
+        # Only a fence over the hard cap is cut, and then its pieces open or close it.
+        if all(len(fence) <= cap for fence in fences):
+            assert not has_unclosed_fence(chunk.content)
+    for fence in fences:
+        if len(fence) <= cap:
+            assert any(fence in chunk.content for chunk in chunks)
     assert not Counter(doc.split()) - Counter(words_in(chunks))
+    # Every heading is recorded once, at its line, in the chunk it starts in.
+    marks = [(chunk, mark) for chunk in chunks for mark in chunk.headings]
+    assert len(marks) == sum(block.startswith("#") for block in blocks)
+    assert all(chunk.content[mark.offset] == "#" for chunk, mark in marks)
     return chunks
 
 
@@ -429,15 +502,22 @@ def shared_sample() -> list[object]:
 
 
 def assert_loses_no_word_and_never_splits_a_fence(path: Path) -> None:
+    """Every fence within the hard cap is whole in one chunk, and no chunk exceeds it."""
     text = path.read_text(encoding="utf-8").replace("\r\n", "\n").removeprefix("\ufeff")
     chunks = chunk_document(text, str(path), max_chars=1200, min_chars=150)
+    cap = hard_cap(1200)
+    assert all(len(chunk.content) <= cap for chunk in chunks)
     assert not Counter(text.split()) - Counter(words_in(chunks))
     lines = text.split("\n")
-    for token in MarkdownIt("commonmark").enable("table").parse(text):
-        if token.type == "fence" and token.map:
-            source = "\n".join(lines[token.map[0] : token.map[1]]).strip()
+    fences = [
+        "\n".join(lines[token.map[0] : token.map[1]]).strip()
+        for token in MarkdownIt("commonmark").enable("table").parse(text)
+        if token.type == "fence" and token.map
+    ]
+    for source in fences:
+        if len(source) <= cap:
             assert any(source in chunk.content for chunk in chunks)
-    if not has_unclosed_fence(text):
+    if not has_unclosed_fence(text) and all(len(source) <= cap for source in fences):
         assert not any(has_unclosed_fence(chunk.content) for chunk in chunks)
 
 

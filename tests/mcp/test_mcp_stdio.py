@@ -155,6 +155,13 @@ async def test_get_chunk_returns_a_search_hit_in_full(session: ClientSession) ->
         "results"
     ][0]
     chunk = (await ok(session, "get_chunk", chunk_id=hit["chunk_id"]))["chunk"]
+    # A search hit in full, and the headings that start in it (search results have none):
+    # this short file is one chunk, named by its first heading.
+    assert [h["heading_path"] for h in chunk.pop("headings")] == [
+        "Installing Rifflux",
+        "Installing Rifflux > Linux",
+        "Installing Rifflux > Windows",
+    ]
     assert chunk == {k: v for k, v in hit.items() if k != "score_breakdown"}
 
 

@@ -211,6 +211,8 @@ def test_model_mismatch_tells_to_reindex_with_force(tmp_path: Path, service: Sea
 def test_get_chunk_and_get_file(service: SearchService) -> None:
     hit = service.search("eggs", mode="lexical")[0]
     chunk = service.get_chunk(hit["chunk_id"])
+    # A search hit in full, and the headings that start in it (search results have none).
+    assert chunk.pop("headings") == [{"offset": 0, "heading_path": hit["heading_path"]}]
     assert chunk == {k: v for k, v in hit.items() if k != "score_breakdown"}
     file = service.get_file("docs/guide.md")
     assert [c["chunk_index"] for c in file["chunks"]] == list(range(len(file["chunks"])))
