@@ -260,6 +260,7 @@ async def serve_http(server: MCPServer, context: ToolContext, host: str, port: i
         host=host,
         port=port,
         http=deadline_protocol(settings.http_request_timeout_seconds),
+        ws="none",  # MCP has no WebSocket transport; an upgrade stays a plain request.
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         log_config=None,
         log_level=settings.log_level.lower(),
