@@ -93,6 +93,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _positive_seconds(raw: str) -> float:
+    value = float(raw)
+    if not 0 < value < float("inf"):
+        raise ValueError("expected a number of seconds > 0")
+    return value
+
+
 def _module_name(raw: str) -> str:
     value = raw.strip()
     if not value or not all(part.isidentifier() for part in value.split(".")):
@@ -198,6 +205,12 @@ class Settings:
     http_host: str = "127.0.0.1"
     http_port: int = 8765
     http_token: str = ""
+    # Live streamable HTTP sessions; past it the least recently used idle one is closed.
+    http_max_sessions: int = 100
+    # An HTTP session with no request in flight for this long is closed (404 afterwards).
+    http_session_idle_seconds: float = 600.0
+    # Most seconds a client may take to send one request's head and body (slowloris).
+    http_request_timeout_seconds: float = 30.0
     log_level: str = "INFO"
     file_watcher: bool = False
     file_watcher_paths: tuple[str, ...] = ()
@@ -265,6 +278,9 @@ class Settings:
         read("HTTP_HOST", "http_host", str.strip)
         read("HTTP_PORT", "http_port", _port)
         read("HTTP_TOKEN", "http_token", str.strip)
+        read("HTTP_MAX_SESSIONS", "http_max_sessions", _positive_int)
+        read("HTTP_SESSION_IDLE_SECONDS", "http_session_idle_seconds", _positive_seconds)
+        read("HTTP_REQUEST_TIMEOUT_SECONDS", "http_request_timeout_seconds", _positive_seconds)
         read("LOG_LEVEL", "log_level", lambda raw: raw.strip().upper() or "INFO")
         read("FILE_WATCHER", "file_watcher", _parse_bool)
         read("FILE_WATCHER_PATHS", "file_watcher_paths", _parse_list)

@@ -2,7 +2,8 @@
 
 ``tools.py`` holds the tools as plain functions over a ``ToolContext``; ``server.py``
 registers them with the MCP SDK (``build_server``) and runs a transport
-(``run_server``); ``cli.py`` is the ``rifflux serve`` command, also reachable as
-``python -m rifflux.mcp``. Nothing is imported here, so registering the ``serve``
-subcommand does not load the MCP SDK for every other ``rifflux`` command.
+(``run_server``); ``http.py`` and ``http_sessions.py`` bound the HTTP one; ``cli.py``
+is the ``rifflux serve`` command, also reachable as ``python -m rifflux.mcp``. Nothing is
+imported here, so registering the ``serve`` subcommand does not load the MCP SDK for
+every other ``rifflux`` command.
 """

@@ -15,15 +15,13 @@ Watched and reindex-on-start paths must lie inside the server's allowed roots. A
 started in ``/``, a home directory or a parent of one without ``RIFFLUX_ALLOWED_ROOTS``
 has no default root: it logs one warning at start (``mcp.no_allowed_roots``).
 
-Over HTTP the SDK's DNS-rebinding protection accepts only local ``Host``/``Origin``
-headers, and ``RIFFLUX_HTTP_TOKEN``, when set, is required as a bearer token on every
-request.
+The HTTP transport (bind check, bearer token, session cap, request deadlines) is
+``http.py``.
 """
 
 from __future__ import annotations
 
 import functools
-import hmac
 import inspect
 import signal
 import sqlite3
@@ -38,21 +36,18 @@ from urllib.parse import unquote, urlsplit
 
 import anyio
 import structlog
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
-from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
 from rifflux.mcp import tools
+from rifflux.mcp.http import check_bind, serve_http
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
 from rifflux.search.request import (
@@ -70,10 +65,6 @@ from rifflux.watch.watcher import FileWatcher
 log = structlog.get_logger(__name__)
 
 SERVER_NAME = "rifflux"
-MCP_PATH = "/mcp"
-"""Where the streamable HTTP endpoint is mounted."""
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-"""Hosts the DNS-rebinding protection accepts (any port)."""
 MAX_INPUT_REPR = 80
 """How much of a rejected argument value a validation error message quotes."""
 
@@ -373,77 +364,6 @@ def build_server(settings: Settings, *, context: ToolContext | None = None) -> R
     return RiffluxServer(context or ToolContext.from_settings(settings))
 
 
-# -- HTTP ------------------------------------------------------------------------------
-
-
-def transport_security(host: str) -> TransportSecuritySettings:
-    """DNS-rebinding protection: local Host/Origin headers, plus ``host`` if specific."""
-    hosts = list(LOCAL_HOSTS)
-    bound = f"[{host}]" if ":" in host else host
-    if bound not in hosts and host not in ("0.0.0.0", "::", ""):
-        hosts.append(bound)
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{h}:*" for h in hosts],
-        allowed_origins=[f"http://{h}:*" for h in hosts],
-    )
-
-
-class BearerTokenMiddleware:
-    """Answers 401 to every HTTP request without ``Authorization: Bearer <token>``."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    def _authorized(self, scope: Scope) -> bool:
-        for name, value in scope.get("headers", ()):
-            if name.lower() == b"authorization":
-                return hmac.compare_digest(value, self._expected)
-        return False
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
-            response = PlainTextResponse(
-                "missing or invalid bearer token (set Authorization: Bearer <RIFFLUX_HTTP_TOKEN>)",
-                status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="rifflux"'},
-            )
-            await response(scope, receive, send)
-            return
-        if scope["type"] == "websocket" and not self._authorized(scope):
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        await self.app(scope, receive, send)
-
-
-def http_app(server: MCPServer, settings: Settings, host: str) -> ASGIApp:
-    """The streamable HTTP app at ``/mcp``, behind the bearer check when a token is set."""
-    app: ASGIApp = server.streamable_http_app(
-        streamable_http_path=MCP_PATH, transport_security=transport_security(host), host=host
-    )
-    if settings.http_token:
-        app = BearerTokenMiddleware(app, settings.http_token)
-    return app
-
-
-async def serve_http(server: MCPServer, settings: Settings, host: str, port: int) -> None:
-    config = uvicorn.Config(
-        http_app(server, settings, host),
-        host=host,
-        port=port,
-        log_config=None,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-    )
-    log.info(
-        "mcp.http_serving",
-        url=f"http://{host}:{port}{MCP_PATH}",
-        bearer_token=bool(settings.http_token),
-    )
-    await uvicorn.Server(config).serve()
-
-
 # -- running ---------------------------------------------------------------------------
 
 
@@ -486,6 +406,9 @@ def run_server(
     ``watch`` (or ``RIFFLUX_FILE_WATCHER=1`` with ``RIFFLUX_FILE_WATCHER_PATHS``) runs a
     file watcher in this process that keeps those roots indexed.
     """
+    host = host or settings.http_host
+    if transport == "http":
+        check_bind(host, settings.http_token)  # Before anything starts.
     context = ToolContext.from_settings(settings)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main_thread else None
@@ -515,13 +438,7 @@ def run_server(
         if transport == "stdio":
             anyio.run(server.run_stdio_async)
         else:
-            anyio.run(
-                serve_http,
-                server,
-                settings,
-                host or settings.http_host,
-                port or settings.http_port,
-            )
+            anyio.run(serve_http, server, context, host, port or settings.http_port)
     finally:
         if watcher is not None:
             watcher.stop()

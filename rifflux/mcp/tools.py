@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,8 @@ class ToolContext:
     _queue_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     # Set when RIFFLUX_AUTO_REINDEX_ON_SEARCH is on: searches trigger background jobs.
     auto_reindex: AutoReindexer | None = field(default=None, init=False, repr=False)
+    # Set by the HTTP transport: the live session counts index_status shows.
+    http_sessions: Callable[[], dict[str, int]] | None = field(default=None, init=False, repr=False)
 
     @property
     def allowed_roots(self) -> list[Path]:
@@ -335,8 +337,12 @@ def reindex(
 
 
 def index_status(ctx: ToolContext) -> dict[str, Any]:
-    """:func:`rifflux.status.index_status`, the object ``rifflux status --json`` prints."""
-    return status.index_status(ctx.search, ctx.queue_status)
+    """:func:`rifflux.status.index_status`, the object ``rifflux status --json`` prints;
+    over HTTP also ``http_sessions`` ``{live, peak, max}``."""
+    result = status.index_status(ctx.search, ctx.queue_status)
+    if ctx.http_sessions is not None:
+        result["http_sessions"] = ctx.http_sessions()
+    return result
 
 
 def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:

@@ -2,82 +2,26 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import httpx2
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from http_support import (
+    INITIALIZE,
+    MCP_HEADERS,
+    HttpServer,
+    http_session,
+    start_http_server,
+)
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
-    server_command,
     shared_tree_fixture,
 )
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "s3cret-token"
-BOOT_TIMEOUT_S = 30.0
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
-
-
-@dataclass(frozen=True)
-class HttpServer:
-    url: str
-    port: int
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until_listening(proc: subprocess.Popen[bytes], port: int) -> None:
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"server did not listen on {port} within {BOOT_TIMEOUT_S}s")
-
-
-def start_http_server(tree: IndexedTree, **env: str) -> Iterator[HttpServer]:
-    port = free_port()
-    proc = subprocess.Popen(
-        server_command("--transport", "http", "--port", str(port)),
-        env=tree.env(**env),
-        cwd=tree.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until_listening(proc, port)
-        yield HttpServer(url=f"http://127.0.0.1:{port}/mcp", port=port)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -90,27 +34,22 @@ def open_server(shared_tree: IndexedTree) -> Iterator[HttpServer]:
     yield from start_http_server(shared_tree)
 
 
-@asynccontextmanager
-async def http_session(
-    url: str, headers: dict[str, str] | None = None
-) -> AsyncIterator[ClientSession]:
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as client,
-        streamable_http_client(url, http_client=client) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
 def post_initialize(url: str, headers: dict[str, str]) -> httpx2.Response:
     return httpx2.post(url, json=INITIALIZE, headers=MCP_HEADERS | headers, timeout=10)
 
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}, {"Authorization": ""}],
-    ids=["none", "wrong-token", "no-bearer-scheme", "empty"],
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "bearer wrong"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": ""},
+    ],
+    ids=["none", "wrong-token", "wrong-token-lower", "longer", "no-scheme", "basic", "empty"],
 )
 def test_requests_without_the_bearer_token_get_401(
     token_server: HttpServer, headers: dict[str, str]
@@ -118,6 +57,13 @@ def test_requests_without_the_bearer_token_get_401(
     response = post_initialize(token_server.url, headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_the_bearer_scheme_is_matched_in_any_case(token_server: HttpServer, scheme: str) -> None:
+    response = post_initialize(token_server.url, {"Authorization": f"{scheme} {TOKEN}"})
+    assert response.status_code == 200
+    assert '"name":"rifflux"' in response.text
 
 
 def test_the_token_is_checked_on_every_path(token_server: HttpServer) -> None:

@@ -297,7 +297,7 @@ async def test_without_an_index_reads_report_it_and_create_nothing(tmp_path: Pat
 async def test_over_http_reindex_and_get_file_outside_the_roots_are_refused(
     hostile_tree: IndexedTree,
 ) -> None:
-    from test_mcp_http import http_session, start_http_server
+    from http_support import http_session, start_http_server
 
     secret = hostile_tree.root.parent / "secret"
     servers = start_http_server(hostile_tree)

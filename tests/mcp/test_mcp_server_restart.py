@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from http_support import free_port, http_session, wait_until_listening
 from mcp_support import IndexedTree, server_command
 from rifflux_testing import REPO_ROOT, alive, children_of, copy_corpus, index_rows, wait_until
-from test_mcp_http import free_port, http_session, wait_until_listening
 
 from rifflux.index.indexer import Indexer
 from rifflux.queue.client import IndexQueue

@@ -25,7 +25,7 @@ from rifflux.errors import (
     SchemaVersionError,
 )
 from rifflux.mcp import tools
-from rifflux.mcp.server import tool_error_message, transport_security, validation_message
+from rifflux.mcp.server import tool_error_message, validation_message
 from rifflux.mcp.tools import ToolContext
 from rifflux.store.connection import open_index
 from rifflux.store.jobs import JobRecord
@@ -246,12 +246,3 @@ def test_unexpected_errors_are_internal_errors_logged_with_traceback() -> None:
     assert logs[0]["event"] == "mcp.tool_crashed"
     assert logs[0]["log_level"] == "error"
     assert logs[0]["exc_info"] is cause
-
-
-def test_dns_rebinding_protection_allows_local_hosts_and_the_bound_host() -> None:
-    local = transport_security("127.0.0.1")
-    assert local.enable_dns_rebinding_protection
-    assert local.allowed_hosts == ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-    assert "http://localhost:*" in local.allowed_origins
-    assert "10.0.0.5:*" in transport_security("10.0.0.5").allowed_hosts
-    assert transport_security("0.0.0.0").allowed_hosts == local.allowed_hosts

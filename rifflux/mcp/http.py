@@ -1,0 +1,277 @@
+"""The streamable HTTP transport: who may connect, for how long, with how much.
+
+Layers of the app, outermost first, each refusing before anything behind it runs:
+
+1. :class:`RequestDeadlineProtocol` (uvicorn's HTTP/1.1 protocol): a request's head and
+   body must arrive within ``RIFFLUX_HTTP_REQUEST_TIMEOUT_SECONDS`` of its first byte
+   (of the connection, for the first request), else the client gets 408 and the
+   connection is closed. Uvicorn alone waits forever for a head sent one byte a second,
+   or for a body that a ``Content-Length`` promised and never came. Between requests
+   uvicorn's keep-alive timeout (``KEEP_ALIVE_SECONDS``) closes idle connections; heads
+   over 16 KiB are refused by h11 (400).
+2. :class:`BearerTokenMiddleware`: with ``RIFFLUX_HTTP_TOKEN`` set, every request needs
+   ``Authorization: Bearer <token>`` (the scheme in any case, RFC 9110 §11.1; the token
+   compared in constant time), else 401.
+3. :class:`~rifflux.mcp.http_sessions.SessionLimiter`: at most
+   ``RIFFLUX_HTTP_MAX_SESSIONS`` live sessions; the least recently used idle one is
+   closed to make room.
+4. The MCP SDK's streamable HTTP app: DNS-rebinding protection (local ``Host`` and
+   ``Origin`` only, plus the bound address when it is a specific one), bodies over
+   ``MAX_REQUEST_BODY_BYTES`` get 413, and a session idle for
+   ``RIFFLUX_HTTP_SESSION_IDLE_SECONDS`` is closed.
+
+A server that would listen beyond loopback without ``RIFFLUX_HTTP_TOKEN`` does not
+start (:func:`check_bind`, which ``run_server`` calls before anything else): anyone who
+can reach the port could search and read the indexed files. The Host check is no
+authentication: it stops a browser page, not a client that sends any header it likes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+import structlog
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from rifflux.config import Settings
+from rifflux.errors import ConfigError
+from rifflux.mcp.http_sessions import SessionLimiter, delete_session
+from rifflux.mcp.tools import ToolContext
+
+log = structlog.get_logger(__name__)
+
+MCP_PATH = "/mcp"
+"""Where the streamable HTTP endpoint is mounted."""
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""Hosts the DNS-rebinding protection accepts (any port)."""
+MAX_REQUEST_BODY_BYTES = 1024 * 1024
+"""A larger request body gets 413 before it is parsed (the biggest tool call, a
+``reindex`` with a long ``paths`` list, is a few KB)."""
+KEEP_ALIVE_SECONDS = 5
+"""How long a connection may sit idle between requests (uvicorn's default, made explicit)."""
+SDK_SESSION_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager")
+"""They log two INFO lines per session opened and closed: shown at DEBUG only, so a
+client that opens thousands of sessions does not write thousands of log lines."""
+
+
+# -- who may listen where --------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only the loopback interface: ``localhost`` (and names under
+    it, RFC 6761), ``127.0.0.0/8`` or ``::1``. ``0.0.0.0``, ``::`` and ``""`` bind every
+    interface; any other name may resolve to anything, so it counts as non-loopback."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str) -> None:
+    """Refuse to listen beyond loopback without a bearer token (one line, what to do)."""
+    if not token and not is_loopback(host):
+        shown = host or "all interfaces"
+        raise ConfigError(
+            f"refusing to listen on {shown} without RIFFLUX_HTTP_TOKEN: anyone who can "
+            "reach the port could search and read your files; set RIFFLUX_HTTP_TOKEN "
+            "or bind 127.0.0.1"
+        )
+
+
+def transport_security(host: str) -> TransportSecuritySettings:
+    """DNS-rebinding protection: local Host/Origin headers, plus ``host`` if specific."""
+    hosts = list(LOCAL_HOSTS)
+    bound = f"[{host}]" if ":" in host else host
+    if bound not in hosts and host not in ("0.0.0.0", "::", ""):
+        hosts.append(bound)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:*" for h in hosts],
+        allowed_origins=[f"http://{h}:*" for h in hosts],
+    )
+
+
+# -- who may call ----------------------------------------------------------------------
+
+
+def bearer_credentials(value: bytes) -> bytes | None:
+    """The token of an ``Authorization`` value whose scheme is ``Bearer`` in any case."""
+    scheme, _, credentials = value.strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    return credentials.lstrip(b" ")
+
+
+class BearerTokenMiddleware:
+    """Answers 401 to every HTTP request without ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = token.encode()
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"authorization":
+                credentials = bearer_credentials(value)
+                return credentials is not None and hmac.compare_digest(credentials, self._expected)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._authorized(scope):
+            response = PlainTextResponse(
+                "missing or invalid bearer token (set Authorization: Bearer <RIFFLUX_HTTP_TOKEN>)",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="rifflux"'},
+            )
+            await response(scope, receive, send)
+            return
+        if scope["type"] == "websocket" and not self._authorized(scope):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await self.app(scope, receive, send)
+
+
+# -- how long a request may take to arrive ---------------------------------------------
+
+
+class RequestDeadlineProtocol(H11Protocol):
+    """Uvicorn's h11 protocol with a deadline on reading each request.
+
+    The timer starts when the connection opens and whenever the first byte of a new
+    request arrives; it stops once the request's body has been read. When it fires, a
+    request that has no response yet is answered 408; the connection is closed either
+    way, and a handler still waiting for the body sees ``http.disconnect``.
+    """
+
+    request_timeout: ClassVar[float] = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._armed_during: object = None  # The request (cycle) current when armed.
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # The first byte of the next request.
+        super().data_received(data)
+        cycle = self.cycle
+        if (
+            self._deadline is not None
+            and cycle is not None
+            and cycle is not self._armed_during
+            and not cycle.more_body
+        ):
+            self._disarm()  # Head and body are in: the request is the app's now.
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._armed_during = self.cycle
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(self.request_timeout, self._on_deadline)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        answered = cycle is not None and cycle is not self._armed_during and cycle.response_started
+        if not answered:
+            body = f"request not received within {self.request_timeout:g} s\n".encode()
+            status = HTTPStatus.REQUEST_TIMEOUT
+            self.transport.write(
+                f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode()
+                + b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+                + f"content-length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+        log.info("mcp.http_request_timeout", client=self.client, seconds=self.request_timeout)
+        self.transport.close()
+
+
+def deadline_protocol(seconds: float) -> type[RequestDeadlineProtocol]:
+    """:class:`RequestDeadlineProtocol` with ``seconds`` as its deadline."""
+    return type("RequestDeadlineProtocol", (RequestDeadlineProtocol,), {"request_timeout": seconds})
+
+
+# -- the app and the server ------------------------------------------------------------
+
+
+def http_app(server: MCPServer, settings: Settings, host: str) -> tuple[ASGIApp, SessionLimiter]:
+    """The streamable HTTP app at ``/mcp`` with its session cap, behind the bearer check
+    when a token is set; and the limiter, whose ``status()`` counts the sessions."""
+    sdk_app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        transport_security=transport_security(host),
+        host=host,
+        max_request_body_size=MAX_REQUEST_BODY_BYTES,
+        session_idle_timeout=settings.http_session_idle_seconds,
+        # A backstop behind the limiter: 503 only when every session is busy.
+        max_sessions=settings.http_max_sessions,
+    )
+    sessions = SessionLimiter(
+        sdk_app,
+        delete_session(server.session_manager.handle_request, MCP_PATH),
+        path=MCP_PATH,
+        max_sessions=settings.http_max_sessions,
+        idle_seconds=settings.http_session_idle_seconds,
+    )
+    app: ASGIApp = sessions
+    if settings.http_token:
+        app = BearerTokenMiddleware(app, settings.http_token)
+    return app, sessions
+
+
+async def serve_http(server: MCPServer, context: ToolContext, host: str, port: int) -> None:
+    """Serve ``server`` on ``host:port`` until stopped; ``index_status`` then also shows
+    the live sessions (``http_sessions``)."""
+    settings = context.settings
+    if settings.log_level != "DEBUG":
+        for name in SDK_SESSION_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    app, sessions = http_app(server, settings, host)
+    context.http_sessions = sessions.status
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=deadline_protocol(settings.http_request_timeout_seconds),
+        ws="none",  # MCP has no WebSocket transport; an upgrade stays a plain request.
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        log_config=None,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+    )
+    log.info(
+        "mcp.http_serving",
+        url=f"http://{host}:{port}{MCP_PATH}",
+        bearer_token=bool(settings.http_token),
+        max_sessions=settings.http_max_sessions,
+        session_idle_seconds=settings.http_session_idle_seconds,
+        request_timeout_seconds=settings.http_request_timeout_seconds,
+    )
+    await uvicorn.Server(config).serve()

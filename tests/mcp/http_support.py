@@ -1,0 +1,94 @@
+"""Helpers for the streamable HTTP tests: a spawned server on a free local port, and
+client sessions over it (test modules import what they use, as from ``mcp_support``)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp_support import IndexedTree, server_command
+
+BOOT_TIMEOUT_S = 30.0
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+@dataclass(frozen=True)
+class HttpServer:
+    url: str
+    port: int
+    pid: int
+
+    def rss_kb(self) -> int:
+        """The server process's resident memory (``python -m rifflux.mcp`` execs, so the
+        spawned process is the server)."""
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        return int(line.split()[1])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_listening(proc: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"server did not listen on {port} within {BOOT_TIMEOUT_S}s")
+
+
+def start_http_server(tree: IndexedTree, **env: str) -> Iterator[HttpServer]:
+    port = free_port()
+    proc = subprocess.Popen(
+        server_command("--transport", "http", "--port", str(port)),
+        env=tree.env(**env),
+        cwd=tree.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_listening(proc, port)
+        yield HttpServer(url=f"http://127.0.0.1:{port}/mcp", port=port, pid=proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@asynccontextmanager
+async def http_session(
+    url: str, headers: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
