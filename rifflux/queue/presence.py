@@ -258,10 +258,18 @@ class PresenceMiddleware(Middleware):
             if exception is None:
                 self._failing_since = None
                 self._last_ok = now
-            else:
-                self._failing_since = self._failing_since or now
-                line = " ".join(f"{type(exception).__name__}: {exception}".split())
-                self._last_error = line[:ERROR_CHARS]
+                return
+            started = self._failing_since is None
+            self._failing_since = self._failing_since or now
+            line = " ".join(f"{type(exception).__name__}: {exception}".split())
+            self._last_error = line[:ERROR_CHARS]
+            worker_id = self.worker_id
+        if started and worker_id is not None:
+            # Say so now, not at the next beat: a client may be deciding it is stalled.
+            try:
+                self.store.record_heartbeat(worker_id, self._all_queues(), self.health())
+            except Exception as exc:
+                log.warning("worker.heartbeat_failed", worker=worker_id, error=str(exc))
 
     def report_write_fault(self, job_id: str, reason: str) -> None:
         """Publish a write fault of ``job_id`` now (best effort: the heartbeat's own

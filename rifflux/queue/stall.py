@@ -4,9 +4,9 @@ A job is stalled when it is not finished, has not moved for the grace period
 (``RIFFLUX_STALL_SECONDS``), and one of these holds, checked in this order:
 
 - workers are alive but failing: a live worker's heartbeat says every message it ran
-  since some time has failed (``health.failing_since``) and no live worker has run one
-  successfully since the job last moved. The reason names the last error; this is not
-  "no live consumer", and starting another pool would not help;
+  since some time has failed (``health.failing_since``) and no other live worker has
+  run one successfully since the job last moved. The reason names the last error; this
+  is not "no live consumer", and starting another pool would not help;
 - a queue it needs has messages (or, where the broker cannot count them, might have)
   and no live worker consumes that queue;
 - the broker can count messages and every queue is empty: the job's next message was
@@ -29,6 +29,8 @@ from dramatiq.common import dq_name
 from rifflux.queue import names
 
 START_HINT = "start one with: rifflux worker"
+MOVE_SLACK_SECONDS = 2.0
+"""A worker's success this soon after a job's last update is the one that made it."""
 
 
 def queues_without_consumer(
@@ -50,15 +52,17 @@ def queues_without_consumer(
 def failing_workers(
     live_workers: Iterable[Mapping[str, Any]], *, since: float
 ) -> list[Mapping[str, Any]]:
-    """Live workers whose every message has failed, if none succeeded after ``since``
-    (epoch seconds), newest failure first; [] otherwise."""
+    """Live workers whose every message fails now, if no other live worker has run one
+    successfully after ``since`` (epoch seconds: the job's last move), newest failure
+    first; [] otherwise. The success that moved the job ends just after its commit, so
+    one within :data:`MOVE_SLACK_SECONDS` of ``since`` is not progress since."""
     failing: list[Mapping[str, Any]] = []
     for worker in live_workers:
         health = worker.get("health") or {}
-        if (health.get("last_ok") or 0.0) > since:
-            return []
         if health.get("failing_since") is not None:
             failing.append(worker)
+        elif (health.get("last_ok") or 0.0) > since + MOVE_SLACK_SECONDS:
+            return []
     return sorted(failing, key=lambda w: -float(w["health"]["failing_since"]))
 
 
@@ -81,7 +85,7 @@ def stall_reason(
         error = failing[0]["health"].get("last_error") or "unknown error"
         return (
             f"workers are alive but failing: the job has not moved for {idle_seconds:.0f} s "
-            f"and {count} live worker{'s' if count > 1 else ''} failed every message since "
+            f"and {count} live worker{' fails' if count == 1 else 's fail'} every message "
             f"(last error: {error}); see the worker log"
         )
     missing = queues_without_consumer(live_workers, depths)

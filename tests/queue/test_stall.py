@@ -60,7 +60,7 @@ def test_workers_alive_and_failing_are_told_apart_from_no_live_consumer() -> Non
     )
     assert reason == (
         "workers are alive but failing: the job has not moved for 75 s and 1 live worker "
-        "failed every message since (last error: OperationalError: disk I/O error); "
+        "fails every message (last error: OperationalError: disk I/O error); "
         "see the worker log"
     )
     # Even when a queue lacks a consumer, failing workers are the first thing to say.
