@@ -294,7 +294,7 @@ class IndexQueue:
                     if record.write_fault is not None:
                         raise IndexWriteError(record.write_fault)
                     return record
-                announced = self.pool.output.fault_for(job_id) if self.pool else None
+                announced = self._announced_fault(record)
                 if announced is not None:
                     self._fail_on_fault(conn, job_id, announced)
                 if self.pool is not None and not self.pool.alive():
@@ -348,10 +348,9 @@ class IndexQueue:
         """
         if record.finished:
             return None
-        if self.pool is not None:
-            announced = self.pool.output.fault_for(record.id)
-            if announced is not None:
-                return announced
+        announced = self._announced_fault(record)
+        if announced is not None:
+            return announced
         for worker in self._workers_for_faults() if live is None else live:
             fault = (worker.get("health") or {}).get("write_fault") or {}
             if fault.get("job_id") == record.id and isinstance(fault.get("reason"), str):
@@ -365,6 +364,12 @@ class IndexQueue:
                 if found is not None:
                     return found
         return None
+
+    def _announced_fault(self, record: jobs.JobRecord) -> str | None:
+        """A write fault this process's local pool announced for the job."""
+        if self.pool is None:
+            return None
+        return self.pool.output.fault_for(record.id, created_at=record.created_at)
 
     def _workers_for_faults(self) -> list[dict[str, Any]]:
         queue_db = self.settings.sqlite_broker_path

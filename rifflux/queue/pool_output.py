@@ -11,7 +11,10 @@ log file; :class:`PoolOutput` (one daemon thread) reads it line by line and
 - keeps the write faults the workers announce (``*.write_failed`` events with a
   ``reason``, see :mod:`rifflux.store.faults`): the client waiting for a job learns that
   its job cannot be written even when neither the job record nor ``workers.log`` can
-  be (a full disk drops the line from the file, not from the pipe).
+  be (a full disk drops the line from the file, not from the pipe). A fault without a
+  job (the queue could not be written) counts for the jobs created before it was read:
+  a later job, after the disk was freed, is not failed by it; one that meets the fault
+  again hears it again (the broker repeats it every few seconds).
 
 It never stops reading while the pool runs: a thread that stopped would fill the pipe
 and block every worker on its next log line. A line it cannot write is dropped and
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import IO
 
 from rifflux.logs import RotatingFile
@@ -57,7 +61,8 @@ class PoolOutput:
     def __init__(self, stream: IO[bytes], log: RotatingFile) -> None:
         self.stream = stream
         self.log = log
-        self._faults: dict[str | None, str] = {}
+        # job id (None: every job) → (reason, when it was read).
+        self._faults: dict[str | None, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._pump, name="rifflux-pool-output", daemon=True)
 
@@ -65,11 +70,18 @@ class PoolOutput:
         self._thread.start()
         return self
 
-    def fault_for(self, job_id: str) -> str | None:
-        """The write fault a worker announced for ``job_id``, or for every job (the
-        queue itself could not be written), else None."""
+    def fault_for(self, job_id: str, *, created_at: float = 0.0) -> str | None:
+        """The write fault a worker announced for ``job_id``, or for every job (the queue
+        itself could not be written) since the job was created at ``created_at`` (epoch
+        seconds: a fault that was fixed before is not this job's), else None."""
         with self._lock:
-            return self._faults.get(job_id) or self._faults.get(None)
+            own = self._faults.get(job_id)
+            shared = self._faults.get(None)
+        if own is not None:
+            return own[0]
+        if shared is not None and shared[1] >= created_at:
+            return shared[0]
+        return None
 
     def _lines(self) -> list[bytes] | None:
         """The next whole line (cut to MAX_LINE_BYTES) as parts; None at the end."""
@@ -91,7 +103,7 @@ class PoolOutput:
         fault = parse_fault(parts[0]) if len(parts) == 1 else None
         if fault is not None:
             with self._lock:
-                self._faults[fault[0]] = fault[1]
+                self._faults[fault[0]] = (fault[1], time.time())
 
     def _pump(self) -> None:
         try:

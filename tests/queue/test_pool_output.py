@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from rifflux.logs import RotatingFile
@@ -41,10 +42,14 @@ def test_the_pump_writes_every_line_cuts_huge_ones_and_keeps_announced_faults(
         pool.write(event(event="worker.booted"))
         pool.write(b"x" * (5 * MAX_LINE_BYTES) + b"\n")
         pool.write(event(event="job.write_failed", job_id="j1", reason=REASON))
+        pool.write(event(event="queue.write_failed", reason=REASON))
         pool.write(event(event="job.batch_chunked"))
     output.join(timeout=10)
     lines = (tmp_path / "workers.log").read_bytes().splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 5
     assert lines[1].endswith(f"[{4 * MAX_LINE_BYTES} bytes cut]".encode())
     assert len(lines[1]) < MAX_LINE_BYTES + 40
-    assert output.fault_for("j1") == REASON and output.fault_for("j2") is None
+    assert output.fault_for("j1") == REASON
+    # The queue's own fault counts for jobs created before it, not for one created after.
+    assert output.fault_for("j2", created_at=time.time() - 60) == REASON
+    assert output.fault_for("j3", created_at=time.time() + 1) is None
