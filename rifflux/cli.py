@@ -478,6 +478,10 @@ def _print_status(status: dict[str, Any]) -> None:
             )
         if job["stalled"]:
             print(f"{'':>20}stalled: {job['stalled_reason']}")
+        if job["state"] == "failed":
+            # A job-level reason (a plan that failed, a write fault), not a file's error.
+            for reason in (e["error"] for e in job["errors"] if not e.get("path")):
+                print(f"{'':>20}failed: {reason}")
     watcher = status["watcher"]
     print(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
 

@@ -212,6 +212,9 @@ class Settings:
     # Most seconds a client may take to send one request's head and body (slowloris).
     http_request_timeout_seconds: float = 30.0
     log_level: str = "INFO"
+    # workers.log (a local pool's output, written by the process that started it) is
+    # rotated past this many bytes, keeping rifflux.logs.LOG_BACKUPS older files.
+    log_max_bytes: int = 20_000_000
     file_watcher: bool = False
     file_watcher_paths: tuple[str, ...] = ()
     file_watcher_debounce_ms: int = 500
@@ -282,6 +285,7 @@ class Settings:
         read("HTTP_SESSION_IDLE_SECONDS", "http_session_idle_seconds", _positive_seconds)
         read("HTTP_REQUEST_TIMEOUT_SECONDS", "http_request_timeout_seconds", _positive_seconds)
         read("LOG_LEVEL", "log_level", lambda raw: raw.strip().upper() or "INFO")
+        read("LOG_MAX_BYTES", "log_max_bytes", _positive_int)
         read("FILE_WATCHER", "file_watcher", _parse_bool)
         read("FILE_WATCHER_PATHS", "file_watcher_paths", _parse_list)
         read("FILE_WATCHER_DEBOUNCE_MS", "file_watcher_debounce_ms", _non_negative_int)

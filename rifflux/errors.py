@@ -62,3 +62,8 @@ class BrokerUnavailableError(RiffluxError):
 
 class MessageVersionError(RiffluxError):
     """A queue message of another kind or Rifflux version than this worker reads."""
+
+
+class IndexWriteError(RiffluxError):
+    """A write no retry can fix (disk full, read-only, I/O error, a lost WAL): the message
+    is :func:`rifflux.store.faults.write_fault_reason`'s one line."""

@@ -1,4 +1,4 @@
-"""Settings from RIFFLUX_* variables: the chunk-size bounds and how they interact."""
+"""Settings from RIFFLUX_* variables: the chunk-size bounds and how they interact, the log cap."""
 
 from __future__ import annotations
 
@@ -35,3 +35,10 @@ def test_short_sections_pack_into_one_chunk_under_the_default_minimum() -> None:
     assert [chunk.heading_path for chunk in chunks] == ["Guide"]
     assert all(f"## Step {n}" in chunks[0].content for n in range(4))
     assert len(chunk_markdown(text, max_chars=1200, min_chars=150)) == 4  # 150: one a step
+
+
+def test_the_worker_log_cap_is_read_and_must_be_positive() -> None:
+    assert Settings().log_max_bytes == 20_000_000
+    assert Settings.from_env({"RIFFLUX_LOG_MAX_BYTES": "4096"}).log_max_bytes == 4096
+    with pytest.raises(ConfigError, match="RIFFLUX_LOG_MAX_BYTES='0' is invalid"):
+        Settings.from_env({"RIFFLUX_LOG_MAX_BYTES": "0"})

@@ -7,11 +7,23 @@ Every actor takes one encoded message (``rifflux.index.messages``), never positi
 fields. Errors that no retry can fix (``PERMANENT_ERRORS``) are declared ``throws``, so
 Dramatiq fails the message at once instead of retrying it; an embed that fails so
 records its batch as failed (``batch_failure``), as an exhausted retry does.
+
+A write that no retry fixes (:mod:`rifflux.store.faults`: disk full, file size limit,
+read-only, I/O error, a lost WAL), met by any step, fails the whole job at once
+(:func:`failing_job_on_write_fault`): the job row is marked ``failed`` with the
+one-line reason (retried :data:`FAULT_RECORD_ATTEMPTS` times; the disk may be full for
+that write too), one ``job.write_failed`` line goes to stderr and the fault goes into
+this process's heartbeat, and the message raises :class:`IndexWriteError`, a
+permanent error, instead of being retried. The waiting client learns of it by
+whichever of these arrives (``rifflux.queue.client``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import dramatiq
@@ -22,6 +34,7 @@ from rifflux.embed.base import Embedder
 from rifflux.embed.factory import make_embedder
 from rifflux.errors import (
     EmbeddingModelMismatch,
+    IndexWriteError,
     MessageVersionError,
     NotAnIndexError,
     SchemaVersionError,
@@ -37,6 +50,8 @@ from rifflux.index.messages import (
     finalize_request,
 )
 from rifflux.queue import names
+from rifflux.queue.presence import report_write_fault
+from rifflux.store import faults
 from workers.setup import settings
 
 log = structlog.get_logger(__name__)
@@ -49,13 +64,17 @@ MIN_BACKOFF_MS = 500
 MAX_BACKOFF_MS = 30_000
 
 # Errors a retry cannot fix: another model than the job's, a message of another Rifflux
-# version, an index of another schema version or no index at all.
+# version, an index of another schema version or no index at all, a write fault.
 PERMANENT_ERRORS = (
     EmbeddingModelMismatch,
     MessageVersionError,
     SchemaVersionError,
     NotAnIndexError,
+    IndexWriteError,
 )
+# Attempts at marking a job failed by a write fault, with a growing pause between them.
+FAULT_RECORD_ATTEMPTS = 3
+FAULT_RECORD_PAUSE_SECONDS = 0.2
 
 _embedder: Embedder | None = None
 _embedder_lock = threading.Lock()
@@ -82,6 +101,40 @@ def _line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _record_fault(db_path: str, job_id: str, reason: str) -> bool:
+    """Mark the job failed with ``reason``; False if even that write failed every time."""
+    for attempt in range(1, FAULT_RECORD_ATTEMPTS + 1):
+        try:
+            return pipeline.record_write_fault(db_path, job_id, reason)
+        except Exception as exc:  # The fault is reported on stderr anyway.
+            if attempt == FAULT_RECORD_ATTEMPTS:
+                log.warning("job.fault_not_recorded", job_id=job_id, error=_line(exc))
+                return False
+            time.sleep(FAULT_RECORD_PAUSE_SECONDS * attempt)
+    return False
+
+
+@contextmanager
+def failing_job_on_write_fault(db_path: str, job_id: str, *, record: bool = True) -> Iterator[None]:
+    """Turn a write fault in the body into a failed job and a permanent error.
+
+    ``record=False`` (an embed step, which may run on a host without the index) only
+    reports the fault: on stderr and in the heartbeat.
+    """
+    try:
+        yield
+    except PERMANENT_ERRORS:
+        raise
+    except Exception as exc:
+        reason = faults.exception_reason(exc, db_path)
+        if reason is None:
+            raise
+        recorded = _record_fault(db_path, job_id, reason) if record else False
+        log.error("job.write_failed", job_id=job_id, reason=reason, recorded=recorded)
+        report_write_fault(dramatiq.get_broker(), job_id, reason)
+        raise IndexWriteError(reason) from exc
+
+
 def _retries_so_far() -> int:
     message = CurrentMessage.get_current_message()
     return int(message.options.get("retries", 0)) if message is not None else 0
@@ -100,7 +153,8 @@ def plan_job(message: dict[str, Any]) -> None:
     request = JobStep.from_dict(message, "plan")
     structlog.contextvars.bind_contextvars(job_id=request.job_id)
     try:
-        pipeline.plan(settings, request, _send_chunk, _send_embed)
+        with failing_job_on_write_fault(request.db_path, request.job_id):
+            pipeline.plan(settings, request, _send_chunk, _send_embed)
     finally:
         structlog.contextvars.unbind_contextvars("job_id")
 
@@ -117,11 +171,13 @@ def plan_job(message: dict[str, Any]) -> None:
 def chunk_batch(message: dict[str, Any]) -> None:
     """The lexical phase of a batch: chunk and write its rows, then send its embed step."""
     request = ChunkRequest.from_dict(message)
-    outcome = pipeline.chunk(pipeline.with_retries(request, request.retries + _retries_so_far()))
-    if outcome.embed is not None:
-        _send_embed(outcome.embed)
-    if outcome.ready:
-        _send_finalize(request.db_path, request.job_id)
+    with failing_job_on_write_fault(request.db_path, request.job_id):
+        retried = pipeline.with_retries(request, request.retries + _retries_so_far())
+        outcome = pipeline.chunk(retried)
+        if outcome.embed is not None:
+            _send_embed(outcome.embed)
+        if outcome.ready:
+            _send_finalize(request.db_path, request.job_id)
 
 
 @dramatiq.actor(
@@ -145,7 +201,10 @@ def embed_batch(message: dict[str, Any]) -> None:
         batch_failure.send(failure.to_dict())
         raise
     vectors = pipeline.with_retries(vectors, vectors.retries + _retries_so_far())
-    write_batch.send_with_options(args=(vectors.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR)
+    with failing_job_on_write_fault(request.db_path, request.job_id, record=False):
+        write_batch.send_with_options(
+            args=(vectors.to_dict(),), on_retry_exhausted=names.FAILED_ACTOR
+        )
     log.info(
         "job.batch_embedded",
         job_id=request.job_id,
@@ -168,8 +227,9 @@ def write_batch(message: dict[str, Any]) -> None:
     so that it does not wait for every chunk message of the job: see ``names``)."""
     request = VectorsRequest.from_dict(message)
     request = pipeline.with_retries(request, request.retries + _retries_so_far())
-    if pipeline.write_vectors(request):
-        _send_finalize(request.db_path, request.job_id)
+    with failing_job_on_write_fault(request.db_path, request.job_id):
+        if pipeline.write_vectors(request):
+            _send_finalize(request.db_path, request.job_id)
 
 
 @dramatiq.actor(
@@ -186,8 +246,9 @@ def batch_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) -
     failure = BatchFailure(
         request.db_path, request.job_id, request.batch_no, tuple(request.paths), error
     )
-    if pipeline.fail_batch(failure):
-        _send_finalize(request.db_path, request.job_id)
+    with failing_job_on_write_fault(request.db_path, request.job_id):
+        if pipeline.fail_batch(failure):
+            _send_finalize(request.db_path, request.job_id)
 
 
 @dramatiq.actor(
@@ -199,8 +260,9 @@ def batch_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) -
 def batch_failure(message: dict[str, Any]) -> None:
     """Record a batch that failed with an error retrying cannot fix."""
     failure = BatchFailure.from_dict(message)
-    if pipeline.fail_batch(failure):
-        _send_finalize(failure.db_path, failure.job_id)
+    with failing_job_on_write_fault(failure.db_path, failure.job_id):
+        if pipeline.fail_batch(failure):
+            _send_finalize(failure.db_path, failure.job_id)
 
 
 @dramatiq.actor(
@@ -212,7 +274,8 @@ def batch_failure(message: dict[str, Any]) -> None:
 def plan_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) -> None:
     """Dramatiq's on_retry_exhausted callback for a plan that kept failing."""
     request = JobStep.from_dict(message_data["args"][0], "plan")
-    pipeline.fail_plan(request, last_error(message_data, exception_data))
+    with failing_job_on_write_fault(request.db_path, request.job_id):
+        pipeline.fail_plan(request, last_error(message_data, exception_data))
 
 
 @dramatiq.actor(
@@ -222,7 +285,9 @@ def plan_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) ->
     throws=PERMANENT_ERRORS,
 )
 def finalize_job(message: dict[str, Any]) -> None:
-    pipeline.finalize(JobStep.from_dict(message, "finalize"))
+    request = JobStep.from_dict(message, "finalize")
+    with failing_job_on_write_fault(request.db_path, request.job_id):
+        pipeline.finalize(request)
 
 
 def _send_chunk(request: ChunkRequest) -> None:

@@ -21,7 +21,9 @@ and Celery's prefork pool. This process (the arbiter) starts N children
   loop: the pool stops every child and exits 1 with one line that names the log;
 - SIGTERM, SIGINT and SIGHUP stop it gracefully: children finish the messages they are
   running (up to :data:`STOP_SECONDS`, then they are killed; their messages are
-  redelivered);
+  redelivered), and the heartbeats and leases of each stopped child are handed back as
+  for a dead one (a child that could not write, on a full disk, could not remove its
+  own heartbeat);
 - with ``--parent-pid`` (a local pool that ``rifflux index`` or the MCP server started)
   it stops when that process is gone, even after its ``kill -9``, so a pool never
   outlives whoever started it. Children get ``PR_SET_PDEATHSIG`` from the arbiter, so
@@ -183,6 +185,10 @@ class WorkerPool:
     parent_pid: int | None = None
     log_name: str = "the worker log (stderr)"
     on_child_death: Callable[[int], None] | None = None
+    # Called for each child the pool stopped itself: a child that could not write (a
+    # full disk) leaves its heartbeat behind, and a stale heartbeat reads as a live
+    # worker, so the next `rifflux index` would wait for it instead of starting a pool.
+    on_child_stopped: Callable[[int], None] | None = None
     boot_failures: deque[float] = field(default_factory=deque)
     stopping: bool = False
 
@@ -295,6 +301,11 @@ class WorkerPool:
                 log.warning("pool.child_killed", pid=process.pid)
                 process.kill()
                 process.wait()
+            if self.on_child_stopped is not None:
+                try:
+                    self.on_child_stopped(process.pid)
+                except Exception:
+                    log.warning("pool.cleanup_failed", pid=process.pid, exc_info=True)
         for slot in self.slots:
             slot.process = None
             slot.close_pipe()
@@ -328,12 +339,14 @@ def run_pool(
     parent_pid: int | None = None,
     log_name: str = "the worker log (stderr)",
 ) -> int:
+    forget = forget_dead_child(settings)
     pool = WorkerPool(
         spec,
         env=env,
         parent_pid=parent_pid,
         log_name=log_name,
-        on_child_death=forget_dead_child(settings),
+        on_child_death=forget,
+        on_child_stopped=forget,
     )
     return pool.run()
 

@@ -486,7 +486,8 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
     conn = open_index(request.db_path)
     try:
         job = jobs.get_job(conn, job_id)
-        if job is None or job.state == "cancelled":
+        if job is None or job.finished:
+            # Cancelled, or failed by a write fault while its batches were in flight.
             return RowsOutcome(None, False)
         state = jobs.batch_state(conn, job_id, batch_no)
         if state != "pending":
@@ -574,7 +575,7 @@ def write_vectors(request: VectorsRequest) -> bool:
     conn = open_index(request.db_path)
     try:
         job = jobs.get_job(conn, job_id)
-        if job is None or job.state == "cancelled":
+        if job is None or job.finished:
             return False
         retries = request.retries
 
@@ -726,10 +727,21 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
 
 
 def _fail_job(conn: sqlite3.Connection, job_id: str, error: str) -> None:
-    with transaction(conn):
-        jobs.add_errors(conn, job_id, [{"path": "", "error": error}])
-        jobs.update_job(conn, job_id, state="failed", finished_at=time.time())
+    jobs.fail_job(conn, job_id, error)
     log.error("job.failed", job_id=job_id, error=error)
+
+
+def record_write_fault(db_path: str, job_id: str, reason: str) -> bool:
+    """Fail the job with a write fault's one-line reason (:mod:`rifflux.store.faults`);
+    True if the job row now says so. The write may fail too (the disk is still full):
+    the caller retries, then reports the reason another way."""
+    conn = open_index(db_path)
+    try:
+        jobs.fail_job(conn, job_id, reason)
+        job = jobs.get_job(conn, job_id)
+        return job is not None and job.finished
+    finally:
+        conn.close()
 
 
 def fail_plan(request: JobStep, error: str) -> None:

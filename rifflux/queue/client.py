@@ -2,13 +2,22 @@
 
 The front process never indexes. It records a job, enqueues the plan message by actor
 name (it does not import the actors), and, when no worker is alive, starts a local
-pool of ``dramatiq`` worker processes for the job.
+pool of ``dramatiq`` worker processes for the job; the pool's output comes back through
+a pipe (:mod:`rifflux.queue.pool_output`), which this process writes to ``workers.log``.
+
+A waiting client ends its wait, with one line, on a write no retry fixes
+(:mod:`rifflux.store.faults`: disk full, read-only, I/O error, a lost WAL), whichever
+way it learns of it first: the job row failed with the reason; a ``job.write_failed``
+line of its local pool; a live worker's heartbeat naming the job; or, once the job
+has not moved for :data:`FAULT_PROBE_IDLE_SECONDS`, its own read-only probe of the
+index and queue databases. It then records the reason in the job row if it can.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -16,18 +25,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import dramatiq
 import structlog
 
 from rifflux.config import Settings
-from rifflux.errors import RiffluxError, RootNotFoundError
+from rifflux.errors import IndexWriteError, RiffluxError, RootNotFoundError
 from rifflux.index.pipeline import job_options
+from rifflux.logs import RotatingFile
 from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
+from rifflux.queue.pool_output import PoolOutput
 from rifflux.queue.presence import PresenceStore, presence_store_for
-from rifflux.store import jobs
+from rifflux.store import faults, jobs
 from rifflux.store.connection import open_index
 
 log = structlog.get_logger(__name__)
@@ -44,8 +55,15 @@ POOL_STOP_SECONDS = 40.0
 # A pool started for a stalled job gets at least this long to boot before the job can
 # be declared stalled again (a crash-looping pool exits sooner, which ends the wait).
 POOL_BOOT_SECONDS = 30.0
-# How often a waiting client looks at heartbeats and queue depths for a stall.
+# How often a waiting client looks at heartbeats and queue depths for a stall, and at
+# heartbeats for a write fault of its job.
 STALL_CHECK_SECONDS = 1.0
+# A job that has not moved for this long gets the client's own probe for a write fault
+# (free space, a read-only file, a lost WAL): a busy worker moves a job every few
+# seconds, and a fault found this way stays until someone fixes it.
+FAULT_PROBE_IDLE_SECONDS = 3.0
+# How long a stopped pool's output gets to drain into workers.log.
+POOL_OUTPUT_DRAIN_SECONDS = 5.0
 
 ProgressCallback = Callable[[jobs.JobRecord], None]
 
@@ -60,11 +78,12 @@ class JobStalled(RiffluxError):
 
 @dataclass
 class LocalPool:
-    """Worker processes this front process started, stopped when it is done with them."""
+    """Worker processes this front process started, stopped when it is done with them;
+    their output is pumped into ``log_path`` by ``output``."""
 
     process: subprocess.Popen[bytes]
     log_path: Path
-    log_file: IO[bytes]
+    output: PoolOutput
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -77,7 +96,9 @@ class LocalPool:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.log_file.close()
+        self.output.join(POOL_OUTPUT_DRAIN_SECONDS)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def worker_command(
@@ -169,19 +190,29 @@ class IndexQueue:
             if not root.exists():
                 raise RootNotFoundError(f"path to index does not exist: {root}")
         options = job_options(self.settings, force=force, prune_missing=prune_missing)
+        try:
+            job_id = self._create_and_enqueue([str(r.resolve()) for r in roots], options)
+        except (sqlite3.Error, OSError) as exc:
+            reason = faults.exception_reason(exc, self.db_path)
+            if reason is None:
+                raise
+            raise IndexWriteError(reason) from exc
+        log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
+        return job_id
+
+    def _create_and_enqueue(self, roots: list[str], options: dict[str, Any]) -> str:
         conn = open_index(self.db_path)
         try:
-            job_id = jobs.create_job(conn, [str(r.resolve()) for r in roots], options)
+            job_id = jobs.create_job(conn, roots, options)
             try:
                 self._enqueue_plan(job_id)
             except Exception as exc:
                 jobs.delete_job(conn, job_id)
-                if isinstance(exc, RiffluxError):
+                if isinstance(exc, RiffluxError) or faults.fault_kind(exc) is not None:
                     raise
                 raise broker_unavailable(self.settings.resolved_broker_url, exc) from exc
         finally:
             conn.close()
-        log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
         return job_id
 
     def _enqueue_plan(self, job_id: str) -> None:
@@ -207,12 +238,35 @@ class IndexQueue:
 
         Never waits in silence: a job that stalls (pending work and no live worker for
         it, for ``RIFFLUX_STALL_SECONDS``) makes this start a local pool once when
-        ``start_workers`` allows it, and otherwise raises :class:`JobStalled`.
+        ``start_workers`` allows it, and otherwise raises :class:`JobStalled`. A job
+        that cannot be written (:meth:`write_fault`) ends the wait within seconds.
 
         Raises:
           JobTimeout: After ``timeout`` seconds.
           JobStalled: See above; the job keeps its state.
+          IndexWriteError: The job failed, or cannot go on, because a write no retry
+            fixes failed (the message is the one-line reason); the job is marked
+            ``failed`` with it if the index can still be written.
         """
+        try:
+            return self._follow(
+                job_id, timeout=timeout, on_progress=on_progress, start_workers=start_workers
+            )
+        except sqlite3.Error as exc:
+            # The index cannot even be read the way a writer opens it (a lost WAL).
+            reason = faults.exception_reason(exc, self.db_path)
+            if reason is None:
+                raise
+            raise IndexWriteError(reason) from exc
+
+    def _follow(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None,
+        on_progress: ProgressCallback | None,
+        start_workers: bool,
+    ) -> jobs.JobRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
         next_stall_check = time.monotonic() + STALL_CHECK_SECONDS
         may_start = start_workers
@@ -227,12 +281,20 @@ class IndexQueue:
                 if on_progress is not None:
                     on_progress(record)
                 if record.finished:
+                    if record.write_fault is not None:
+                        raise IndexWriteError(record.write_fault)
                     return record
+                announced = self._announced_fault(record)
+                if announced is not None:
+                    self._fail_on_fault(conn, job_id, announced)
                 if self.pool is not None and not self.pool.alive():
                     raise RiffluxError(f"the local worker pool exited; see {self.pool.log_path}")
                 if time.monotonic() >= next_stall_check:
                     next_stall_check = time.monotonic() + STALL_CHECK_SECONDS
-                    reason = self.stall_reason(record, since=pool_started_at)
+                    fault = self.write_fault(record)
+                    if fault is not None:
+                        self._fail_on_fault(conn, job_id, fault)
+                    reason = self.stall_reason(record, since=pool_started_at, faults_too=False)
                     if reason is not None and may_start:
                         may_start = False
                         log.warning("job.stalled_starting_pool", job_id=job_id, reason=reason)
@@ -249,18 +311,84 @@ class IndexQueue:
         finally:
             conn.close()
 
+    def _fail_on_fault(self, conn: sqlite3.Connection, job_id: str, reason: str) -> None:
+        """Record a write fault in the job row if the index still takes it, then raise it."""
+        try:
+            jobs.fail_job(conn, job_id, reason)
+        except (sqlite3.Error, OSError) as exc:
+            log.info("job.fault_not_recorded", job_id=job_id, error=str(exc))
+        # Info, not error: the caller shows the reason (the CLI's one line, a tool error).
+        log.info("job.write_fault", job_id=job_id, reason=reason)
+        raise IndexWriteError(reason)
+
+    def write_fault(
+        self,
+        record: jobs.JobRecord,
+        *,
+        now: float | None = None,
+        live: list[dict[str, Any]] | None = None,
+    ) -> str | None:
+        """The write fault that keeps this unfinished job from going on, or None.
+
+        Asked in this order: this process's local pool (the ``job.write_failed`` lines of
+        its output), the live workers' heartbeats (a fault reported for this job), and,
+        once the job has not moved for :data:`FAULT_PROBE_IDLE_SECONDS`, a read-only
+        probe of the index and SQLite queue databases (:func:`faults.probe`).
+        ``live``: the live workers, when the caller has just read them.
+        """
+        if record.finished:
+            return None
+        announced = self._announced_fault(record)
+        if announced is not None:
+            return announced
+        for worker in self._workers_for_faults() if live is None else live:
+            fault = (worker.get("health") or {}).get("write_fault") or {}
+            if fault.get("job_id") == record.id and isinstance(fault.get("reason"), str):
+                return str(fault["reason"])
+        idle = (time.time() if now is None else now) - max(record.updated_at, record.created_at)
+        if idle < FAULT_PROBE_IDLE_SECONDS:
+            return None
+        for database in (self.db_path, self.settings.sqlite_broker_path):
+            if database is not None:
+                found = faults.probe(database)
+                if found is not None:
+                    return found
+        return None
+
+    def _announced_fault(self, record: jobs.JobRecord) -> str | None:
+        """A write fault this process's local pool announced for the job."""
+        if self.pool is None:
+            return None
+        return self.pool.output.fault_for(record.id, created_at=record.created_at)
+
+    def _workers_for_faults(self) -> list[dict[str, Any]]:
+        queue_db = self.settings.sqlite_broker_path
+        if queue_db is not None and not queue_db.exists():
+            return []
+        try:
+            return self.live_workers()
+        except (sqlite3.Error, OSError):
+            return []  # A queue database that cannot be read: the probe looks at it.
+
     def queue_depths(self) -> dict[str, int] | None:
         """Messages per queue where the broker can count them (SQLite), else None."""
         depths = getattr(self.broker, "queue_depths", None)
         return depths() if callable(depths) else None
 
-    def stall_reason(self, record: jobs.JobRecord, *, since: float = 0.0) -> str | None:
+    def stall_reason(
+        self, record: jobs.JobRecord, *, since: float = 0.0, faults_too: bool = True
+    ) -> str | None:
         """Why this unfinished job is stalled, or None (see :mod:`rifflux.queue.stall`).
 
-        The job counts as idle from its last update, or from ``since`` if later.
+        The job counts as idle from its last update, or from ``since`` if later. A
+        write fault (:meth:`write_fault`) is a reason at once, unless ``faults_too`` is
+        False (the caller has just asked): no worker can move the job.
         """
         if record.finished:
             return None
+        fault = self.write_fault(record) if faults_too else None
+        if fault is not None:
+            return fault
         idle = time.time() - max(record.updated_at, record.created_at, since)
         if idle < self.settings.stall_seconds:
             return None
@@ -303,16 +431,18 @@ class IndexQueue:
             count = processes or self.settings.workers
             log_path = self.db_path.parent / "workers.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_file = log_path.open("ab")
             process = subprocess.Popen(
                 # The pool stops when this process is gone, even after kill -9.
                 worker_command(count, parent_pid=os.getpid(), log_name=str(log_path)),
                 env=worker_environment(self.settings, count),
                 stdin=subprocess.DEVNULL,
-                stdout=log_file,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
             )
-            self.pool = LocalPool(process, log_path, log_file)
+            assert process.stdout is not None
+            log_file = RotatingFile(log_path, self.settings.log_max_bytes)
+            output = PoolOutput(process.stdout, log_file).start()
+            self.pool = LocalPool(process, log_path, output)
         log.info("workers.local_pool_started", processes=count, pid=process.pid, log=str(log_path))
         return self.pool
 
@@ -361,8 +491,12 @@ class IndexQueue:
             idle = now - max(record.updated_at, record.created_at)
             reason = None
             if not record.finished:
-                reason = stall.stall_reason(
-                    live, depths, idle_seconds=idle, grace_seconds=self.settings.stall_seconds
+                reason = self.write_fault(record, now=now, live=live) or stall.stall_reason(
+                    live,
+                    depths,
+                    idle_seconds=idle,
+                    grace_seconds=self.settings.stall_seconds,
+                    now=now,
                 )
             recent_jobs.append(
                 {**record.to_dict(), "stalled": reason is not None, "stalled_reason": reason}

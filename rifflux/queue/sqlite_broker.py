@@ -38,6 +38,7 @@ from dramatiq.errors import DecodeError, QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
+from rifflux.store import faults
 from rifflux.store.connection import connect, retry_on_busy, write_transaction
 
 log = structlog.get_logger(__name__)
@@ -66,6 +67,10 @@ MAX_POLL_SECONDS = 1.0
 
 #: Seconds between checks while ``join`` waits on messages processed by another process.
 JOIN_POLL_SECONDS = 0.1
+
+#: Seconds between two ``queue.write_failed`` lines of one broker: a consumer that cannot
+#: write its leases retries every few seconds, and the first line says it all.
+FAULT_LOG_SECONDS = 10.0
 
 # Row ids per statement when many messages change at once (SQLite caps bound variables).
 _ID_BATCH = 500
@@ -167,6 +172,7 @@ class SQLiteBroker(Broker):
         # that waiting consumers and joins in this process wake up at once.
         self._changes: defaultdict[str, int] = defaultdict(int)
         self._changed = threading.Condition()
+        self._fault_logged_at = -FAULT_LOG_SECONDS
 
         self._write(_create_schema)
 
@@ -189,18 +195,41 @@ class SQLiteBroker(Broker):
             return conn
 
     def _write(self, operation: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``operation`` in one write transaction, retried while the file is busy."""
-        conn = self._conn()
+        """Run ``operation`` in one write transaction, retried while the file is busy.
 
-        def attempt() -> T:
-            with write_transaction(conn):
-                return operation(conn)
+        An error is tagged with this file (:func:`faults.tag_database`), so a write
+        fault names the queue, not the index; a write fault is logged as one
+        ``queue.write_failed`` line (at most every :data:`FAULT_LOG_SECONDS`), which
+        the process that started a local pool reads from the pool's output.
+        """
+        try:
+            conn = self._conn()
 
-        return retry_on_busy(attempt)
+            def attempt() -> T:
+                with write_transaction(conn):
+                    return operation(conn)
+
+            return retry_on_busy(attempt)
+        except Exception as exc:
+            faults.tag_database(exc, self.path)
+            self._note_fault(exc)
+            raise
+
+    def _note_fault(self, exc: BaseException) -> None:
+        reason = faults.exception_reason(exc, self.path)
+        now = time.monotonic()
+        if reason is None or now - self._fault_logged_at < FAULT_LOG_SECONDS:
+            return
+        self._fault_logged_at = now
+        log.error("queue.write_failed", queue_db=str(self.path), reason=reason)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        conn = self._conn()
-        return retry_on_busy(lambda: conn.execute(sql, params).fetchall())
+        try:
+            conn = self._conn()
+            return retry_on_busy(lambda: conn.execute(sql, params).fetchall())
+        except Exception as exc:
+            faults.tag_database(exc, self.path)
+            raise
 
     def _notify(self, *queue_names: str) -> None:
         with self._changed:

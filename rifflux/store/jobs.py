@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rifflux.store.connection import transaction
+from rifflux.store.faults import is_write_fault_reason
 
 JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
 FINISHED_STATES = ("completed", "failed", "cancelled")
@@ -67,6 +68,21 @@ class JobRecord:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+    @property
+    def write_fault(self) -> str | None:
+        """The reason of a job failed by a write no retry fixes (a job-level error that
+        :mod:`rifflux.store.faults` wrote), else None."""
+        if self.state != "failed":
+            return None
+        return next(
+            (
+                e["error"]
+                for e in self.errors
+                if not e.get("path") and is_write_fault_reason(e.get("error", ""))
+            ),
+            None,
+        )
 
     @property
     def phase(self) -> str:
@@ -300,6 +316,17 @@ def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:
         if job is None or job.finished:
             return False
         update_job(conn, job_id, state="cancelled", finished_at=time.time())
+        return True
+
+
+def fail_job(conn: sqlite3.Connection, job_id: str, error: str) -> bool:
+    """Fail an unfinished job with a job-level ``error``; False if it had finished."""
+    with transaction(conn):
+        job = get_job(conn, job_id)
+        if job is None or job.finished:
+            return False
+        add_errors(conn, job_id, [{"path": "", "error": error}])
+        update_job(conn, job_id, state="failed", finished_at=time.time())
         return True
 
 

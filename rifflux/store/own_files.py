@@ -2,10 +2,11 @@
 
 Only these are ignored: the index database and its ``-wal``/``-shm``/``-journal``, the
 SQLite queue and presence databases beside it (or wherever ``RIFFLUX_BROKER_URL`` puts
-the queue), the published vector cache (``<db>.vectors/``) and ``workers.log``. Ignoring
-the whole directory that holds the index instead was wrong as soon as the index lived
-in a folder above the indexed root (``RIFFLUX_DB_PATH=./index.db`` with ``docs/``
-watched): every event was dropped. The scan and the watcher both ask :meth:`owns`.
+the queue), the published vector cache (``<db>.vectors/``) and ``workers.log`` with its
+rotated copies (``workers.log.1`` …). Ignoring the whole directory that holds the index
+instead was wrong as soon as the index lived in a folder above the indexed root
+(``RIFFLUX_DB_PATH=./index.db`` with ``docs/`` watched): every event was dropped. The
+scan and the watcher both ask :meth:`owns`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rifflux.config import Settings
+from rifflux.logs import LOG_BACKUPS
 
 SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 SIBLING_DATABASES = ("queue.db", "workers.db")
-SIBLING_FILES = ("workers.log",)
+# workers.log and its rotated copies (rifflux.logs.RotatingFile).
+SIBLING_FILES = ("workers.log", *(f"workers.log.{n}" for n in range(1, LOG_BACKUPS + 1)))
 
 
 @dataclass(frozen=True, slots=True)

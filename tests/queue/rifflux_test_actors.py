@@ -5,11 +5,16 @@ RIFFLUX_TEST_EMBED_DIM gives the embed step an embedder of another dimension (so
 label) than the job's; RIFFLUX_TEST_EMBED_ATTEMPTS names a file that gets one line per
 embed attempt; with RIFFLUX_TEST_EMBED_GATE every embed waits until that file exists
 (the vector phase is held back); RIFFLUX_TEST_WRITE_PAUSE_FILE pauses the first write of
-the phase RIFFLUX_TEST_WRITE_PAUSE_PHASE (``rows`` or ``vectors``) inside its transaction."""
+the phase RIFFLUX_TEST_WRITE_PAUSE_PHASE (``rows`` or ``vectors``) inside its transaction;
+RIFFLUX_TEST_FSIZE_LIMIT caps the size of every file the worker process writes
+(``RLIMIT_FSIZE``, with SIGXFSZ ignored so that a write past it fails with EFBIG: a disk
+that is full for the workers only)."""
 
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import time
 from typing import Any
 
@@ -21,6 +26,11 @@ from rifflux.store.writer import IndexWriter
 from workers import actors
 
 _real_embed = pipeline.embed
+
+if os.environ.get("RIFFLUX_TEST_FSIZE_LIMIT"):
+    _limit = int(os.environ["RIFFLUX_TEST_FSIZE_LIMIT"])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (_limit, _limit))
 
 
 def _embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:

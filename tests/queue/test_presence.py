@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path
 
 import dramatiq
 from dramatiq import Worker
+from rifflux_testing import wait_until
 
 from rifflux.queue.presence import PresenceMiddleware, SQLitePresence, worker_tag
 from rifflux.queue.sqlite_broker import SQLiteBroker
@@ -47,3 +49,54 @@ def test_middleware_tracks_a_running_worker_until_it_stops(tmp_path: Path) -> No
         worker.stop()
     assert presence.live_workers() == []
     broker.close()
+
+
+def test_a_heartbeat_says_when_every_message_fails_and_which_write_fault_it_met(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "queue.db"
+    presence = SQLitePresence(path)
+    heartbeat = PresenceMiddleware(presence, interval_seconds=0.1)
+    broker = SQLiteBroker(path, middleware=[heartbeat])
+    dramatiq.set_broker(broker)
+    outcomes = iter([None, "disk I/O error", "disk I/O error"])
+
+    @dramatiq.actor(queue_name="presence-test")
+    def step() -> None:
+        error = next(outcomes)
+        if error is not None:
+            raise sqlite3.OperationalError(error)
+
+    worker = Worker(broker, worker_threads=1, worker_timeout=100)
+    worker.start()
+    try:
+        step.send()
+        wait_until(lambda: (presence.live_workers()[0]["health"] or {}).get("last_ok"))
+        for _ in range(2):
+            step.send()
+        broker.join("presence-test")
+        wait_until(lambda: (presence.live_workers()[0]["health"] or {}).get("failing_since"))
+        heartbeat.report_write_fault("job-1", "index write failed: disk I/O error (x)")
+        [live] = presence.live_workers()
+    finally:
+        worker.stop()
+        broker.close()
+    health = live["health"]
+    assert health["last_error"] == "OperationalError: disk I/O error"
+    assert health["failing_since"] > health["last_ok"]
+    assert health["write_fault"]["job_id"] == "job-1"
+    assert health["write_fault"]["reason"] == "index write failed: disk I/O error (x)"
+
+
+def test_an_older_queue_file_gets_the_health_column(tmp_path: Path) -> None:
+    path = tmp_path / "queue.db"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE workers (worker_id TEXT PRIMARY KEY, hostname TEXT, pid INTEGER, "
+        "queues TEXT, started_at REAL, last_seen REAL)"
+    )
+    old.close()
+    presence = SQLitePresence(path)
+    presence.record_heartbeat(worker_tag(), ["rifflux_plan"], {"failing_since": None})
+    [live] = presence.live_workers()
+    assert live["health"] == {"failing_since": None}

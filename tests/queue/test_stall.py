@@ -43,6 +43,40 @@ def test_an_empty_broker_with_an_unfinished_job_is_a_lost_message() -> None:
     assert stall.stall_reason(workers, busy, idle_seconds=90, grace_seconds=60) is None
 
 
+def test_workers_alive_and_failing_are_told_apart_from_no_live_consumer() -> None:
+    now = 1_000.0
+    failing = {
+        "queues": ALL,
+        "health": {
+            "failing_since": 930.0,
+            "last_error": "OperationalError: disk I/O error",
+            "last_ok": 900.0,
+        },
+    }
+    embed_only = {"queues": ["rifflux_embed"], "health": None}
+    depths = {"rifflux_plan": 0, "rifflux_embed": 0, "rifflux_write": 2}
+    reason = stall.stall_reason(
+        [failing, embed_only], depths, idle_seconds=75, grace_seconds=60, now=now
+    )
+    assert reason == (
+        "workers are alive but failing: the job has not moved for 75 s and 1 live worker "
+        "fails every message (last error: OperationalError: disk I/O error); "
+        "see the worker log"
+    )
+    # Even when a queue lacks a consumer, failing workers are the first thing to say.
+    plan_only = {**failing, "queues": ["rifflux_plan"]}
+    reason = stall.stall_reason([plan_only], depths, idle_seconds=75, grace_seconds=60, now=now)
+    assert reason is not None and reason.startswith("workers are alive but failing:")
+    # A worker that succeeded since the job last moved: not every attempt fails.
+    succeeding = {"queues": ALL, "health": {"failing_since": None, "last_ok": 990.0}}
+    assert (
+        stall.stall_reason(
+            [failing, succeeding], depths, idle_seconds=75, grace_seconds=60, now=now
+        )
+        is None
+    )
+
+
 @pytest.mark.slow
 def test_a_job_without_workers_fails_the_wait_and_shows_stalled(tmp_path: Path) -> None:
     corpus = copy_corpus(tmp_path / "docs", limit=5)

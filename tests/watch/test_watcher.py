@@ -252,7 +252,7 @@ def test_only_the_index_own_files_are_ignored(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, db_path=tmp_path / "index.db")
     keep = event_filter([tmp_path], settings)
     ignored = ["index.db", "index.db-wal", "index.db-shm", "queue.db", "queue.db-wal"]
-    ignored += ["workers.log", "index.db.vectors/manifest.json"]
+    ignored += ["workers.log", "workers.log.1", "workers.log.3", "index.db.vectors/manifest.json"]
     for name in ignored:
         assert not keep(watchfiles.Change.modified, str(tmp_path / name)), name
     for name in ["notes.md", "docs/index.md", "index.md", "queue.txt"]:
