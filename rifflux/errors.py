@@ -53,3 +53,7 @@ class BrokerUnavailableError(RiffluxError):
 
 class MessageVersionError(RiffluxError):
     """A queue message of another kind or Rifflux version than this worker reads."""
+
+
+class SearchTimeoutError(RiffluxError):
+    """A search ran past ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` and was stopped."""
