@@ -52,7 +52,13 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
-from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError, RiffluxError
+from rifflux.errors import (
+    EmbeddingModelMismatch,
+    InvalidQueryError,
+    NotFoundError,
+    RiffluxError,
+    echo,
+)
 from rifflux.search.budget import budget_response, fit_in_order
 from rifflux.search.deadline import Deadline
 from rifflux.search.filters import admitted_rows
@@ -80,12 +86,7 @@ from rifflux.search.request import (
     check_top_k,
 )
 from rifflux.search.sections import in_section, resolve_heading
-from rifflux.store.connection import (
-    damaged_index,
-    is_damage_error,
-    open_index_readonly,
-    transaction,
-)
+from rifflux.store.connection import database_failure, open_index_readonly, transaction
 from rifflux.store.integrity import quick_check
 from rifflux.store.reader import IndexReader, current_generation, get_metadata
 from rifflux.vectors.cache import SemanticHit, VectorCache
@@ -139,8 +140,9 @@ def _reports_damage(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.DatabaseError as exc:
-            if is_damage_error(exc):
-                raise damaged_index(self.db_path, exc) from exc
+            known = database_failure(self.db_path, exc)
+            if known is not None:
+                raise known from exc
             raise
 
     return wrapper  # type: ignore[return-value]
@@ -532,7 +534,8 @@ class SearchService:
         file_row = reader.file_by_path(path)
         if file_row is None:
             raise NotFoundError(
-                f"{path!r} is not an indexed file; pass a path exactly as search results show it"
+                f"{echo(path)} is not an indexed file; pass a path exactly as search results "
+                "show it"
             )
         chunks = [_chunk_dict(row) for row in reader.chunks_of_file(int(file_row["id"]))]
         found: dict[str, Any] = {"path": file_row["path"], "sha256": file_row["sha256"]}
