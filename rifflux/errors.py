@@ -71,6 +71,13 @@ NAME_MAX = 255
 PATH_MAX = 4096
 
 
+def shorten(text: str) -> str:
+    """``text`` cut to about ``MAX_ECHO_CHARS`` characters, saying how long it was."""
+    if len(text) <= MAX_ECHO_CHARS:
+        return text
+    return f"{text[: MAX_ECHO_CHARS - 1]}… ({len(text):,} characters)"
+
+
 def echo(value: object) -> str:
     """``repr(value)`` cut to about ``MAX_ECHO_CHARS`` characters, saying how long it was."""
     text = repr(value)
