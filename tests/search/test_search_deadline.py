@@ -9,14 +9,16 @@ next search exactly as a fresh service does.
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rifflux_testing import copy_corpus, make_settings
+from rifflux_testing import REPO_ROOT, copy_corpus, make_settings
 
-from rifflux.cli import main
 from rifflux.config import Settings
 from rifflux.errors import ConfigError, SearchTimeoutError
 from rifflux.index.indexer import Indexer
@@ -135,15 +137,22 @@ def test_the_setting_is_read_and_checked() -> None:
             Settings.from_env({"RIFFLUX_SEARCH_TIMEOUT_SECONDS": bad})
 
 
-def test_the_cli_prints_the_timeout_as_one_line(
-    index: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("RIFFLUX_EMBEDDING_BACKEND", "hash")
-    monkeypatch.setenv("RIFFLUX_SEARCH_TIMEOUT_SECONDS", "0.000001")
-    code = main(["search", "azure", "--db", str(index.db_path)])
-    err = capsys.readouterr().err
-    assert code == 1
-    assert err == "rifflux: error: " + MESSAGE.format("1e-06") + "\n"
+def test_the_cli_prints_the_timeout_as_one_line(index: Settings) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
+    env.update(
+        RIFFLUX_EMBEDDING_BACKEND="hash",
+        RIFFLUX_SEARCH_TIMEOUT_SECONDS="0.000001",
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "rifflux.cli", "search", "azure", "--db", str(index.db_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr == "rifflux: error: " + MESSAGE.format("1e-06") + "\n"
 
 
 def test_a_deadline_without_sqlite_work_checks_between_steps(tmp_path: Path) -> None:
