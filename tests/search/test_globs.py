@@ -66,7 +66,7 @@ patterns = st.lists(PATTERN_PIECES, max_size=7).map("".join)
 paths = st.lists(PATH_CHARS, max_size=10).map("".join)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pattern=patterns, path_list=st.lists(paths, min_size=1, max_size=6))
 def test_the_matcher_agrees_with_the_regex_translation_of_before(
     pattern: str, path_list: list[str]
