@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rifflux.config import Settings
-from rifflux.errors import RiffluxError
+from rifflux.errors import RiffluxError, os_failure
 from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
 from rifflux.mcp.cli import add_mcp_config_parser, add_serve_parser
@@ -563,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RiffluxError as exc:
         return _fail(str(exc), EXIT_ERROR)
     except ValueError as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        return _fail(os_failure(exc) or str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -587,17 +587,19 @@ def _broken_pipe() -> int:
 def _describe_failure(exc: Exception, args: argparse.Namespace, debug: bool) -> str:
     """One line for an error no command handled: database, broker, OS, or a crash."""
     from rifflux.queue.brokers import broker_unavailable, is_broker_error
-    from rifflux.store.connection import damaged_index, is_damage_error
+    from rifflux.store.connection import database_failure
 
     settings = Settings.from_env().with_overrides(db_path=getattr(args, "db", None))
-    if isinstance(exc, sqlite3.DatabaseError) and is_damage_error(exc):
-        return str(damaged_index(settings.db_path, exc))
+    known = database_failure(settings.db_path, exc) if isinstance(exc, sqlite3.Error) else None
+    if known is not None:
+        return str(known)
     if isinstance(exc, sqlite3.Error):
         return f"database error on {settings.db_path}: {exc}"
     if is_broker_error(exc):
         return str(broker_unavailable(settings.resolved_broker_url, exc))
-    if isinstance(exc, OSError):
-        return str(exc)
+    about_a_path = os_failure(exc)
+    if about_a_path is not None:
+        return about_a_path
     if debug:
         traceback.print_exc()
     return (

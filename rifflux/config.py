@@ -231,6 +231,10 @@ class Settings:
     allow_secret_paths: bool = False
     # Whether the MCP search tool accepts a db_path argument (always opened read-only).
     allow_db_path: bool = True
+    # Every search (CLI, MCP, SearchService) fails with one line past this many seconds
+    # (rifflux.search.deadline): SQLite work is interrupted, Python loops check between
+    # pieces, so one hostile call cannot hold the server.
+    search_timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -299,6 +303,7 @@ class Settings:
         read("ALLOWED_ROOTS", "allowed_roots", _parse_list)
         read("ALLOW_DB_PATH", "allow_db_path", _parse_bool)
         read("ALLOW_SECRET_PATHS", "allow_secret_paths", _parse_bool)
+        read("SEARCH_TIMEOUT_SECONDS", "search_timeout_seconds", _positive_float)
         settings = cls(**overrides)
         if settings.min_chunk_chars > settings.max_chunk_chars:
             if "min_chunk_chars" not in overrides:

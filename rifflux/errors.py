@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class RiffluxError(Exception):
     """Base class: an error whose message is fit to show a user as one line."""
@@ -67,3 +69,57 @@ class MessageVersionError(RiffluxError):
 class IndexWriteError(RiffluxError):
     """A write no retry can fix (disk full, read-only, I/O error, a lost WAL): the message
     is :func:`rifflux.store.faults.write_fault_reason`'s one line."""
+
+
+class SearchTimeoutError(RiffluxError):
+    """A search ran past ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` and was stopped."""
+
+
+class IndexFolderNotWritableError(RiffluxError):
+    """SQLite cannot create the index's ``-wal``/``-shm`` files: its folder is read-only."""
+
+
+MAX_ECHO_CHARS = 200
+"""The most characters of a user's input (a path) that an error message repeats."""
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def shorten(text: str) -> str:
+    """``text`` cut to about ``MAX_ECHO_CHARS`` characters, saying how long it was."""
+    if len(text) <= MAX_ECHO_CHARS:
+        return text
+    return f"{text[: MAX_ECHO_CHARS - 1]}… ({len(text):,} characters)"
+
+
+def echo(value: object) -> str:
+    """``repr(value)`` cut to about ``MAX_ECHO_CHARS`` characters, saying how long it was."""
+    text = repr(value)
+    if len(text) <= MAX_ECHO_CHARS:
+        return text
+    size = f" ({len(value):,} characters)" if isinstance(value, str | bytes) else ""
+    return text[: MAX_ECHO_CHARS - 1] + "…" + size
+
+
+def os_failure(exc: BaseException) -> str | None:
+    """One line for an error the operating system gave about a path, or None.
+
+    Names the problem (``File name too long``, ``Permission denied``, a NUL byte) and
+    echoes at most ``MAX_ECHO_CHARS`` characters of the path, never the raw text of an
+    OSError, which repeats the whole path however long. Used by the MCP server and the
+    CLI alike.
+    """
+    if isinstance(exc, ValueError) and "null" in str(exc) and "embedded" in str(exc):
+        return "a path contains a NUL byte, which no file name can hold; remove it"
+    if not isinstance(exc, OSError):
+        return None
+    reason = exc.strerror or type(exc).__name__
+    if exc.filename is None:
+        return " ".join(f"{reason}".split())
+    name = exc.filename
+    line = f"{reason}: {echo(name)}"
+    if exc.errno == errno.ENAMETOOLONG:
+        line += f"; a path may have at most {PATH_MAX:,} characters, a name {NAME_MAX}"
+    if exc.filename2 is not None:
+        line += f" -> {echo(exc.filename2)}"
+    return " ".join(line.split())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -108,6 +109,33 @@ class EmbedPriority(Middleware):
             log.warning("worker.embed_priority_unchanged", exc_info=True)
 
 
+class _SecondWorkerMiddleware(logging.Filter):
+    """Drops Dramatiq's "You're adding a middleware of the same type twice" for the
+    ``_WorkerMiddleware`` that every ``dramatiq.Worker.start`` adds to its broker.
+
+    The cause is by design: a process that splits its queues (embed vs. plan and write)
+    runs one Worker per split on one broker, and each Worker needs its own middleware to
+    get consumers for the queues declared later; Dramatiq's duplicate check cannot tell
+    that from a middleware added twice by mistake. Any other duplicate still warns.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        duplicate = "same type twice" in str(record.msg)
+        kinds = (
+            {type(arg).__name__ for arg in record.args or ()}
+            if isinstance(record.args, tuple)
+            else set()
+        )
+        return not (duplicate and "_WorkerMiddleware" in kinds)
+
+
+def quiet_second_worker_middleware(broker: dramatiq.Broker) -> None:
+    """Install :class:`_SecondWorkerMiddleware` on the broker's logger (once)."""
+    logger = broker.logger
+    if not any(isinstance(f, _SecondWorkerMiddleware) for f in logger.filters):
+        logger.addFilter(_SecondWorkerMiddleware())
+
+
 def split_queues(
     wanted: Sequence[str], declared: Iterable[str], threads: int, lexical_threads: int
 ) -> list[tuple[tuple[str, ...], int]]:
@@ -167,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dramatiq.Worker(broker, queues=set(queues) or None, worker_threads=threads)
         for queues, threads in split
     ]
+    quiet_second_worker_middleware(broker)
     if len(workers) > 1 and args.embed_nice > 0:
         broker.add_middleware(EmbedPriority([workers[0]], args.embed_nice))
     for worker in workers:

@@ -1,12 +1,15 @@
 """The MCP server: the tools of ``tools.py`` over stdio or streamable HTTP.
 
 Every failure reaches the client as a tool error (``is_error``) with one line of text,
-and the server keeps serving: arguments that do not fit the input schema name the
-field; search values are checked by :class:`~rifflux.search.request.SearchRequest`,
-whose messages are the CLI's; a :class:`~rifflux.errors.RiffluxError` or ``ValueError``
-keeps its message; a damaged database, an unreachable broker and an OS error read as the
-CLI's one-line messages; anything else is ``internal error: <type>: <message>`` and its
-traceback goes to the log (stderr; a stdio server's stdout carries protocol messages only).
+and the server keeps serving: an argument the tool's input schema does not declare is
+refused with the list of valid ones (``limt`` is not silently ignored); arguments that
+do not fit the input schema name the field; search values are checked by
+:class:`~rifflux.search.request.SearchRequest`, whose messages are the CLI's; a
+:class:`~rifflux.errors.RiffluxError` or ``ValueError`` keeps its message; a damaged or
+foreign database, a read-only index folder, an unreachable broker and an OS error read
+as the CLI's one-line messages (an OS error echoes at most ~200 characters of a path);
+anything else is ``internal error: <type>: <message>`` and its traceback goes to the log
+(stderr; a stdio server's stdout carries protocol messages only).
 
 Allowed roots (docs/security.md): ``reindex``, ``get_file`` and ``get_chunk`` ask the
 client for its roots (the protocol's roots capability, when the client declares it)
@@ -45,7 +48,7 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 
 from rifflux import __version__
 from rifflux.config import Settings
-from rifflux.errors import RiffluxError
+from rifflux.errors import RiffluxError, os_failure
 from rifflux.mcp import tools
 from rifflux.mcp.http import check_bind, serve_http
 from rifflux.mcp.tools import ToolContext, startup_roots
@@ -59,7 +62,7 @@ from rifflux.search.request import (
     as_integer,
     request_fields,
 )
-from rifflux.store.connection import damaged_index, is_damage_error
+from rifflux.store.connection import database_failure
 from rifflux.watch.watcher import FileWatcher
 
 log = structlog.get_logger(__name__)
@@ -291,6 +294,30 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= MAX_INPUT_REPR else text[: MAX_INPUT_REPR - 1] + "…"
 
 
+MAX_UNKNOWN_LISTED = 5
+"""How many unknown argument names an error message lists."""
+
+
+def unknown_arguments(
+    tool: str, arguments: dict[str, Any], schema: dict[str, Any] | None
+) -> str | None:
+    """One line naming the arguments ``tool``'s input schema does not declare and listing
+    the valid ones; None when every argument is known (or the tool is unknown: the SDK
+    says so). Read from the registered schema, so every tool, present or future, gets it."""
+    if schema is None:
+        return None
+    valid = list(schema.get("properties", {}))
+    unknown = [key for key in arguments if key not in valid]
+    if not unknown:
+        return None
+    listed = ", ".join(_short_repr(key) for key in unknown[:MAX_UNKNOWN_LISTED])
+    if len(unknown) > MAX_UNKNOWN_LISTED:
+        listed += f" and {len(unknown) - MAX_UNKNOWN_LISTED} more"
+    accepts = f"valid arguments: {', '.join(valid)}" if valid else "it takes no arguments"
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    return _one_line(f"unknown {noun} for {tool}: {listed}; {accepts}")
+
+
 def validation_message(tool: str, exc: ValidationError) -> str:
     """One line naming each rejected argument, what was wrong and what was given."""
     parts = []
@@ -303,15 +330,25 @@ def validation_message(tool: str, exc: ValidationError) -> str:
     return _one_line(f"invalid arguments for {tool}: {'; '.join(parts)}")
 
 
-def tool_error_message(tool: str, exc: ToolError, *, broker_url: str = "RIFFLUX_BROKER_URL") -> str:
+def tool_error_message(
+    tool: str,
+    exc: ToolError,
+    *,
+    broker_url: str = "RIFFLUX_BROKER_URL",
+    db_path: Path | None = None,
+) -> str:
     """The one line a client sees for a failed call; logs the traceback of a crash."""
     cause = exc.__cause__
     if isinstance(exc, UnexpectedToolError) and cause is not None:
+        about_a_path = os_failure(cause)
+        if about_a_path is not None:
+            log.info("mcp.tool_error", tool=tool, error=about_a_path)
+            return about_a_path
         if isinstance(cause, RiffluxError | ValueError) and not isinstance(cause, ValidationError):
             message = _one_line(str(cause))
             log.info("mcp.tool_error", tool=tool, error=message)
             return message
-        known = _known_failure(cause, broker_url)
+        known = _known_failure(cause, broker_url, db_path)
         if known is not None:
             log.warning("mcp.tool_error", tool=tool, error=known)
             return known
@@ -325,16 +362,17 @@ def tool_error_message(tool: str, exc: ToolError, *, broker_url: str = "RIFFLUX_
     return message
 
 
-def _known_failure(exc: BaseException, broker_url: str) -> str | None:
-    """The one line for a damaged database, an unreachable broker or an OS error."""
-    if isinstance(exc, sqlite3.DatabaseError) and is_damage_error(exc):
-        return _one_line(str(damaged_index(None, exc)))
+def _known_failure(exc: BaseException, broker_url: str, db_path: Path | None) -> str | None:
+    """The one line for a damaged or foreign database, an index folder SQLite cannot
+    write, an unreachable broker or an OS error."""
+    known = database_failure(db_path, exc) if isinstance(exc, sqlite3.Error) else None
+    if known is not None:
+        return _one_line(str(known))
     if is_broker_error(exc):
         return _one_line(str(broker_unavailable(broker_url, exc)))
-    if isinstance(exc, OSError):
-        # The filesystem said no (a name too long, a permission): a fact, not a crash.
-        return _one_line(str(exc))
-    return None
+    # The filesystem said no (a name too long, a permission): a fact, not a crash; one
+    # line that names it and echoes at most ~200 characters of the path.
+    return os_failure(exc)
 
 
 class RiffluxServer(MCPServer):
@@ -351,11 +389,17 @@ class RiffluxServer(MCPServer):
         arguments: dict[str, Any],
         context: Context[Any, Any] | None = None,
     ) -> CallToolResult | InputRequiredResult:
+        unknown = unknown_arguments(name, arguments, self._tool_input_schema(name))
+        if unknown is not None:
+            log.info("mcp.tool_error", tool=name, error=unknown)
+            return CallToolResult(content=[TextContent(type="text", text=unknown)], is_error=True)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            broker_url = self.context.settings.resolved_broker_url
-            text = tool_error_message(name, exc, broker_url=broker_url)
+            settings = self.context.settings
+            text = tool_error_message(
+                name, exc, broker_url=settings.resolved_broker_url, db_path=settings.db_path
+            )
             return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 

@@ -38,6 +38,7 @@ from rifflux.errors import (
     RiffluxError,
     RootNotFoundError,
     SecretPathError,
+    shorten,
 )
 from rifflux.index.allowed import (
     configured_roots,
@@ -236,7 +237,7 @@ def resolve_roots(
         given = [str(ctx.cwd)]
     roots = [resolve_against(ctx.cwd, p) for p in given]
     check_allowed(roots, ctx.allowed_roots if allowed is None else allowed)
-    missing = [str(root) for root in roots if not root.exists()]
+    missing = [shorten(str(root)) for root in roots if not root.exists()]
     if missing:
         raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
     for text, root in zip(given, roots, strict=True):
@@ -268,7 +269,7 @@ def refuse_without_roots(ctx: ToolContext, roots: Sequence[Path], option: str) -
 
 def check_allowed(paths: Sequence[Path], allowed: Sequence[Path]) -> None:
     """Raise a one-line error naming every path whose realpath is outside ``allowed``."""
-    outside = [str(p) for p in paths if not is_within(p, allowed)]
+    outside = [shorten(str(p)) for p in paths if not is_within(p, allowed)]
     if outside:
         raise PathNotAllowedError(
             f"{', '.join(outside)} is outside the allowed roots ({describe(allowed)}); "

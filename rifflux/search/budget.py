@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,12 +195,17 @@ def excerpt(text: str, query: str, max_tokens: int, *, whole: int | None = None)
     return Fitted(cut, estimate_tokens(cut), True)
 
 
-def fit_texts(texts: Sequence[str], query: str, max_tokens: int) -> list[Fitted | None]:
-    """Each text fitted (``None``: dropped), in order, with a total of at most ``max_tokens``."""
+def fit_texts(
+    texts: Sequence[str], query: str, max_tokens: int, check: Callable[[], None] | None = None
+) -> list[Fitted | None]:
+    """Each text fitted (``None``: dropped), in order, with a total of at most ``max_tokens``;
+    ``check`` (a search's deadline) is called before each text."""
     remaining = max_tokens
     fitted: list[Fitted | None] = []
     sharing = False
     for index, text in enumerate(texts):
+        if check is not None:
+            check()
         tokens = estimate_tokens(text)
         if not sharing and tokens <= remaining:
             fitted.append(Fitted(text, tokens, False))
@@ -222,7 +227,10 @@ def fit_texts(texts: Sequence[str], query: str, max_tokens: int) -> list[Fitted 
 
 
 def fit_results(
-    results: Iterable[dict[str, Any]], query: str, max_tokens: int
+    results: Iterable[dict[str, Any]],
+    query: str,
+    max_tokens: int,
+    check: Callable[[], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Search results fitted to the budget: ``(results, budget)``.
 
@@ -231,7 +239,7 @@ def fit_results(
     """
     given = list(results)
     kept: list[dict[str, Any]] = []
-    fitted = fit_texts([r["content"] for r in given], query, max_tokens)
+    fitted = fit_texts([r["content"] for r in given], query, max_tokens, check)
     for result, one in zip(given, fitted, strict=True):
         if one is not None:
             kept.append(
@@ -261,10 +269,15 @@ def fit_in_order(texts: Sequence[str], max_tokens: int) -> list[Fitted]:
     return fitted
 
 
-def budget_response(response: dict[str, Any], query: str, max_tokens: int) -> dict[str, Any]:
+def budget_response(
+    response: dict[str, Any],
+    query: str,
+    max_tokens: int,
+    check: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """A search response with its results fitted: ``count`` updated, ``budget`` added
     (just before ``results``); every other key as it was, in its place."""
-    results, budget = fit_results(response["results"], query, max_tokens)
+    results, budget = fit_results(response["results"], query, max_tokens, check)
     fitted = {k: v for k, v in response.items() if k != "results"}
     fitted["count"] = len(results)
     fitted["budget"] = budget

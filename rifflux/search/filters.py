@@ -11,6 +11,8 @@ Invariants:
 * ``path_glob`` is matched against the stored path, as results show it (POSIX ``/``):
   ``*``, ``?`` and ``[...]`` stay inside one folder, ``**`` crosses folders (``**/``
   also matches no folder, so ``**/*.md`` matches ``a.md``). Several globs: any matches.
+  Each path costs O(len(glob) × len(path)) whatever the glob (``globs.py``), and the
+  file loop checks the search's deadline between files and globs.
 * ``modified_after`` is inclusive and ``modified_before`` exclusive (``mtime >= after``,
   ``mtime < before``), so consecutive windows partition the files.
 * ``file_types`` compares extensions case-insensitively; ``content_contains`` is a
@@ -26,67 +28,28 @@ admitting a ninth of the files adds ~15 ms to a hybrid search, ``content_contain
 
 from __future__ import annotations
 
-import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from rifflux.search.globs import GlobMatcher, compile_glob
 from rifflux.search.request import SearchRequest
 from rifflux.store.reader import IndexReader
 
 NS_PER_SECOND = 1_000_000_000
+CHECK_EVERY_FILES = 256
+"""Files between two deadline checks (each glob on the automaton checks per file too)."""
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A POSIX glob as an anchored regex; ``**`` crosses ``/``, nothing else does."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "*":
-            if pattern.startswith("**", i):
-                i += 2
-                if i < n and pattern[i] == "/":
-                    out.append("(?:.*/)?")
-                    i += 1
-                else:
-                    out.append(".*")
-                continue
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            end = _class_end(pattern, i)
-            if end < 0:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : end]
-                negate = body.startswith("!")
-                body = body[1:] if negate else body
-                escaped = body.replace("\\", "\\\\").replace("^", "\\^").replace("[", "\\[")
-                out.append(f"[{'^' if negate else ''}{escaped}]")
-                i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _class_end(pattern: str, start: int) -> int:
-    """Index of the ``]`` closing the class opened at ``start``, or -1."""
-    j = start + 1
-    if j < len(pattern) and pattern[j] == "!":
-        j += 1
-    if j < len(pattern) and pattern[j] == "]":
-        j += 1
-    return pattern.find("]", j)
+def _no_check() -> None:
+    """A deadline that never passes."""
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkFilter:
-    globs: tuple[re.Pattern[str], ...] = ()
+    globs: tuple[GlobMatcher, ...] = ()
     extensions: tuple[str, ...] = ()
     after_ns: int | None = None
     before_ns: int | None = None
@@ -100,14 +63,22 @@ class ChunkFilter:
             or (self.before_ns is not None)
         )
 
-    def admits_file(self, path: str, mtime_ns: int) -> bool:
-        if self.globs and not any(g.fullmatch(path) for g in self.globs):
+    def admits_file(self, path: str, mtime_ns: int, check: Callable[[], None] = _no_check) -> bool:
+        if self.globs and not self._any_glob(path, check):
             return False
         if self.extensions and not path.lower().endswith(self.extensions):
             return False
         if self.after_ns is not None and mtime_ns < self.after_ns:
             return False
         return self.before_ns is None or mtime_ns < self.before_ns
+
+    def _any_glob(self, path: str, check: Callable[[], None]) -> bool:
+        for glob in self.globs:
+            if glob.automaton:
+                check()
+            if glob.matches(path):
+                return True
+        return False
 
 
 def _ns(seconds: float | None) -> int | None:
@@ -117,7 +88,7 @@ def _ns(seconds: float | None) -> int | None:
 def chunk_filter(request: SearchRequest) -> ChunkFilter | None:
     """The request's filters, or None when it has none."""
     found = ChunkFilter(
-        globs=tuple(glob_regex(g) for g in request.path_glob or ()),
+        globs=tuple(compile_glob(g) for g in request.path_glob or ()),
         extensions=tuple(f".{ext}" for ext in request.file_types or ()),
         after_ns=_ns(request.modified_after),
         before_ns=_ns(request.modified_before),
@@ -126,8 +97,12 @@ def chunk_filter(request: SearchRequest) -> ChunkFilter | None:
     return found if found.by_file or found.contains is not None else None
 
 
-def admitted_rows(conn: sqlite3.Connection, request: SearchRequest) -> np.ndarray | None:
-    """Sorted rowids of the chunks the request's filters admit; None without filters."""
+def admitted_rows(
+    conn: sqlite3.Connection, request: SearchRequest, check: Callable[[], None] = _no_check
+) -> np.ndarray | None:
+    """Sorted rowids of the chunks the request's filters admit; None without filters.
+
+    ``check`` (the search's deadline) is called between files and globs."""
     found = chunk_filter(request)
     if found is None:
         return None
@@ -135,7 +110,13 @@ def admitted_rows(conn: sqlite3.Connection, request: SearchRequest) -> np.ndarra
     file_ids: Sequence[int] | None = None
     if found.by_file:
         rows = reader.file_rows().fetchall()
-        file_ids = [int(row[0]) for row in rows if found.admits_file(row[1], int(row[2]))]
+        passed: list[int] = []
+        for index, (file_id, path, mtime_ns) in enumerate(rows):
+            if index % CHECK_EVERY_FILES == 0:
+                check()
+            if found.admits_file(path, int(mtime_ns), check):
+                passed.append(int(file_id))
+        file_ids = passed
         if not file_ids:
             return np.zeros(0, dtype=np.int64)
         if len(file_ids) == len(rows):

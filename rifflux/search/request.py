@@ -36,6 +36,7 @@ from datetime import UTC, date, datetime
 from typing import Any, Literal, cast
 
 from rifflux.errors import InvalidQueryError
+from rifflux.search.globs import check_glob
 
 MODES: tuple[str, ...] = ("lexical", "semantic", "hybrid")
 Mode = Literal["lexical", "semantic", "hybrid"]
@@ -200,7 +201,8 @@ def _string_list(
 
 
 def _glob(raw: str) -> str | None:
-    return raw if raw.strip() else None
+    """A blank glob is None (the list's message); a malformed one raises its own line."""
+    return check_glob(raw) if raw.strip() else None
 
 
 _EXTENSION = re.compile(r"[\w.+-]+")
@@ -226,9 +228,22 @@ def check_content_contains(value: object) -> str | None:
     return value
 
 
+MIN_UNIX_SECONDS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+MAX_UNIX_SECONDS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+"""The times a filter accepts: years 1 to 9999 (beyond them ``1e308`` overflowed to a crash)."""
+
+
 def unix_seconds(value: object) -> float | None:
     """An ISO 8601 date or datetime (UTC unless it says otherwise), or Unix seconds (a
-    number or its text), as Unix seconds; None when ``value`` is neither."""
+    number or its text), as Unix seconds; None when ``value`` is neither, or lies outside
+    the years 1 to 9999."""
+    seconds = _unix_seconds(value)
+    if seconds is None or not MIN_UNIX_SECONDS <= seconds <= MAX_UNIX_SECONDS:
+        return None
+    return seconds
+
+
+def _unix_seconds(value: object) -> float | None:
     if _is_number(value):
         number = float(cast(float, value))
         return number if math.isfinite(number) else None
@@ -261,7 +276,8 @@ def _check_time(name: str) -> Callable[[object], float | None]:
         if seconds is None:
             raise InvalidQueryError(
                 f"{name} must be an ISO 8601 date or datetime (2024-05-01, "
-                f"2024-05-01T12:00:00+02:00) or Unix seconds (got {_shown(value)})"
+                f"2024-05-01T12:00:00+02:00) or Unix seconds, in the years 1 to 9999 "
+                f"(got {_shown(value)})"
             )
         return seconds
 

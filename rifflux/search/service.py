@@ -23,6 +23,12 @@ while fewer than ``top_k`` files came back and a side may hold more); then trunc
 ``top_k``. ``search_response`` answers repeated requests from the query cache
 (``query_cache.py``) while the index state is unchanged.
 
+Every search (``search_response``, ``search``) runs under a :class:`~rifflux.search.deadline.
+Deadline` of ``RIFFLUX_SEARCH_TIMEOUT_SECONDS``: SQLite work past it is interrupted and the
+Python steps check it between pieces, so a call fails with one line
+(:class:`~rifflux.errors.SearchTimeoutError`) instead of holding its thread, and the
+thread's connection serves the next search.
+
 A search never writes its database: connections are read-only (``mode=ro``), an absent
 index is reported ("no index at PATH; ...") instead of created, and a damaged one reads
 as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``DatabaseError``.
@@ -46,8 +52,15 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
-from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError, NotFoundError, RiffluxError
+from rifflux.errors import (
+    EmbeddingModelMismatch,
+    InvalidQueryError,
+    NotFoundError,
+    RiffluxError,
+    echo,
+)
 from rifflux.search.budget import budget_response, fit_in_order
+from rifflux.search.deadline import Deadline
 from rifflux.search.filters import admitted_rows
 from rifflux.search.fusion import (
     DEFAULT_MAXNORM_ALPHA,
@@ -72,10 +85,14 @@ from rifflux.search.request import (
     check_neighbors,
     check_top_k,
 )
-from rifflux.search.sections import ChunkHeadings, breadcrumbs, resolve_heading, section_parts
+from rifflux.search.sections import (
+    ChunkHeadings,
+    breadcrumbs,
+    resolve_heading,
+    section_parts,
+)
 from rifflux.store.connection import (
-    damaged_index,
-    is_damage_error,
+    database_failure,
     open_index_readonly,
     transaction,
 )
@@ -189,8 +206,9 @@ def _reports_damage(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.DatabaseError as exc:
-            if is_damage_error(exc):
-                raise damaged_index(self.db_path, exc) from exc
+            known = database_failure(self.db_path, exc)
+            if known is not None:
+                raise known from exc
             raise
 
     return wrapper  # type: ignore[return-value]
@@ -278,23 +296,31 @@ class SearchService:
         mode = check_mode(mode)
         top_k = check_top_k(top_k, maximum=None)
         request = SearchRequest.from_arguments({**options, "query": query, "mode": mode})
-        return self._search(request, top_k)[0]
+        deadline = self.deadline()
+        with deadline.guarding(self.connection()):
+            return self._search(request, top_k, deadline)[0]
+
+    def deadline(self) -> Deadline:
+        """A new search's deadline: ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` from now."""
+        return Deadline(self.settings.search_timeout_seconds)
 
     def _search(
-        self, request: SearchRequest, top_k: int
+        self, request: SearchRequest, top_k: int, deadline: Deadline
     ) -> tuple[list[dict[str, Any]], str | None]:
         """(results, warning): the warning is set when lexical results stand in.
 
-        The request is valid; ``top_k`` replaces its own (evaluation depths)."""
+        The request is valid; ``top_k`` replaces its own (evaluation depths). The caller
+        guards the connection with ``deadline``."""
         if not request.query.strip():
             return [], None
         conn = self.connection()
-        admitted = admitted_rows(conn, request)
+        admitted = admitted_rows(conn, request, deadline.check)
         if admitted is not None and admitted.shape[0] == 0:
             return [], None
         depth = self._candidate_depth(request, top_k)
         while True:
-            ranked, warning, deeper = self._ranked(conn, request, depth, admitted)
+            deadline.check()
+            ranked, warning, deeper = self._ranked(conn, request, depth, admitted, deadline)
             if request.group_by != "file":
                 break
             ranked = self._best_per_file(conn, ranked)
@@ -322,6 +348,7 @@ class SearchService:
         request: SearchRequest,
         depth: int,
         admitted: np.ndarray | None,
+        deadline: Deadline,
     ) -> tuple[list[Ranked], str | None, bool]:
         """(ranked candidates best first, warning, whether a side may hold more)."""
         query, mode = request.query, request.mode
@@ -329,7 +356,7 @@ class SearchService:
         semantic: list[SemanticHit] = []
         if mode != "lexical":
             try:
-                semantic = self._semantic(conn, query, depth, admitted)
+                semantic = self._semantic(conn, query, depth, admitted, deadline.check)
             except CacheCorrupt as exc:
                 warning = (
                     f"the vector cache is corrupt ({exc}); these are lexical results "
@@ -349,7 +376,9 @@ class SearchService:
                 (warning),
                 deeper,
             )
+        deadline.check()
         lexical = lexical_search(conn, query, depth, self.lexical, admitted)
+        deadline.check()
         deeper = deeper or len(lexical) >= depth
         if mode == "lexical":
             ranked = [Ranked(h.row_id, h.key, -h.bm25, {"bm25": h.bm25}) for h in lexical]
@@ -453,11 +482,16 @@ class SearchService:
 
         Repeated requests are answered from the query cache while the index state (its
         generation, uid and vector cache manifest) is the one they were computed at."""
+        deadline = self.deadline()
+        with deadline.guarding(self.connection()):
+            return self._respond(request, deadline)
+
+    def _respond(self, request: SearchRequest, deadline: Deadline) -> dict[str, Any]:
         state = self._index_state() if self._query_cache.enabled else None
         cached = self._query_cache.get(request, state)
         if cached is not None:
             return cached
-        results, warning = self._search(request, request.top_k)
+        results, warning = self._search(request, request.top_k, deadline)
         response: dict[str, Any] = {
             "query": request.query,
             "mode": request.mode,
@@ -468,7 +502,7 @@ class SearchService:
             response["warning"] = warning
         response["results"] = results
         if request.max_tokens is not None:
-            response = budget_response(response, request.query, request.max_tokens)
+            response = budget_response(response, request.query, request.max_tokens, deadline.check)
         if warning is None:
             self._query_cache.put(request, state, response)
         return response
@@ -491,6 +525,7 @@ class SearchService:
         query: str,
         limit: int,
         admitted: np.ndarray | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[SemanticHit]:
         stored = self.stored_model(conn)
         if stored is None:
@@ -505,7 +540,9 @@ class SearchService:
         if query_vec is None:
             return []
         # Vector cache: memory-mapped segments, checked against the index generation.
-        return self._vectors.search(conn, self.db_path, stored, query_vec, limit, admitted)
+        if check is not None:
+            check()
+        return self._vectors.search(conn, self.db_path, stored, query_vec, limit, admitted, check)
 
     def _rows(self, conn: sqlite3.Connection, row_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         if not row_ids:
@@ -567,7 +604,7 @@ class SearchService:
             file_row = reader.file_by_path(path)
             if file_row is None:
                 raise NotFoundError(
-                    f"{path!r} is not an indexed file; pass a path exactly as search results "
+                    f"{echo(path)} is not an indexed file; pass a path exactly as search results "
                     "show it"
                 )
             chunks = _chunk_details(reader, reader.chunks_of_file(int(file_row["id"])))

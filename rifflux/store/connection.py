@@ -16,11 +16,18 @@ Rifflux index (an empty file, a text file, another application's database) is re
 with one line and left byte-for-byte unchanged. :func:`open_index`, the writers' way in,
 creates the schema only in a database that has no tables yet. SQLite's "malformed" and
 "not a database" errors become :class:`~rifflux.errors.IndexDamagedError`, one line
-that says how to rebuild.
+that says how to rebuild, when the file is an SQLite database (its header intact, or a
+``-wal`` beside it); a file without SQLite's header (``/etc/passwd``, a text file) says
+"file is not a database" too, but is :class:`~rifflux.errors.NotAnIndexError`: nothing
+to rebuild (:func:`database_failure`). SQLite's "unable to open database file" and
+"attempt to write a readonly database" in a folder that is not writable become
+:class:`~rifflux.errors.IndexFolderNotWritableError`, naming the ``-wal``/``-shm`` files
+SQLite must create there, even to read an index in WAL mode.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import sqlite3
@@ -36,8 +43,10 @@ import structlog
 
 from rifflux.errors import (
     IndexDamagedError,
+    IndexFolderNotWritableError,
     IndexMissingError,
     NotAnIndexError,
+    RiffluxError,
     SchemaVersionError,
 )
 from rifflux.store import cjk, paths
@@ -85,6 +94,58 @@ def damaged_index(db_path: Path | str | None, exc: BaseException) -> IndexDamage
     where = f": {db_path}" if db_path is not None else ""
     return IndexDamagedError(
         f"index database is damaged ({exc}{where}); rebuild with `rifflux index --rebuild DIR`"
+    )
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
+
+def is_foreign_file(db_path: Path | str) -> bool:
+    """A non-empty file without SQLite's header and without a ``-wal`` beside it: a
+    text file or another format, not a damaged index (whose header survives damage to
+    its pages, and whose WAL would be there if its first page had been lost)."""
+    try:
+        with open(db_path, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except OSError:
+        return False
+    return bool(head) and head != SQLITE_HEADER and not Path(f"{db_path}-wal").exists()
+
+
+def database_failure(db_path: Path | str | None, exc: BaseException) -> RiffluxError | None:
+    """The one-line error for an SQLite error about the index at ``db_path``, or None
+    when it is none of: a foreign file, a damaged index, a folder SQLite cannot write."""
+    if db_path is not None:
+        unwritable = folder_not_writable(db_path, exc)
+        if unwritable is not None:
+            return unwritable
+    if not is_damage_error(exc):
+        return None
+    if db_path is not None and is_foreign_file(db_path):
+        return NotAnIndexError(
+            f"{db_path} is not a Rifflux index: it is not an SQLite database at all; "
+            "name an index database (such as .rifflux/index.db) with --db, "
+            "RIFFLUX_DB_PATH or db_path"
+        )
+    return damaged_index(db_path, exc)
+
+
+def folder_not_writable(
+    db_path: Path | str, exc: BaseException
+) -> IndexFolderNotWritableError | None:
+    """The error for SQLite failing to create the index's side files in a read-only folder."""
+    message = str(exc).lower()
+    if "unable to open database file" not in message and "readonly database" not in message:
+        return None
+    path = Path(db_path)
+    folder = path.parent
+    if os.access(folder, os.W_OK):
+        return None
+    return IndexFolderNotWritableError(
+        f"cannot open the index at {path}: its folder is not writable, and SQLite must "
+        f"create {path.name}-wal and {path.name}-shm there, even to read an index in WAL "
+        f"mode ({exc}); make {folder} writable, or copy the index to a writable folder"
     )
 
 
@@ -222,7 +283,11 @@ def _stored_version(conn: sqlite3.Connection) -> int | None:
 def open_index(path: Path | str) -> sqlite3.Connection:
     """Open (creating if needed) the index database and check its schema version."""
     db_path = Path(path)
-    conn = connect(db_path, wal=False)
+    try:
+        conn = connect(db_path, wal=False)
+    except sqlite3.DatabaseError as exc:
+        _raise_known(db_path, exc)
+        raise
     try:
         # One snapshot for the checks: another process may be creating the schema right
         # now, and reads in separate statements could see before and after its commit.
@@ -251,10 +316,21 @@ def open_index(path: Path | str) -> sqlite3.Connection:
             _use_wal(conn)
             _add_missing_columns(conn)
             _add_missing_tables(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        _raise_known(db_path, exc)
+        raise
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _raise_known(db_path: Path, exc: sqlite3.DatabaseError) -> None:
+    """Raise the one-line error for ``exc`` when :func:`database_failure` knows it."""
+    known = database_failure(db_path, exc)
+    if known is not None:
+        raise known from exc
 
 
 def _refuse_foreign(conn: sqlite3.Connection, db_path: Path) -> None:
@@ -364,8 +440,9 @@ def open_index_readonly(path: Path | str) -> sqlite3.Connection:
 
 
 def _read_failure(db_path: Path, exc: sqlite3.DatabaseError) -> Exception:
-    if is_damage_error(exc):
-        return damaged_index(db_path, exc)
+    known = database_failure(db_path, exc)
+    if known is not None:
+        return known
     return NotAnIndexError(f"cannot read {db_path} as a Rifflux index: {exc}")
 
 

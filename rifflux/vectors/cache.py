@@ -125,9 +125,13 @@ class CacheView:
         return None
 
     def search(
-        self, query: np.ndarray, limit: int, admitted: np.ndarray | None = None
+        self,
+        query: np.ndarray,
+        limit: int,
+        admitted: np.ndarray | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[Candidate]:
-        return search_segments(self.segments, query, limit, admitted)
+        return search_segments(self.segments, query, limit, admitted, check)
 
 
 def open_view(directory: Path, ef: int | None = None) -> CacheView | None:
@@ -322,11 +326,13 @@ class VectorCache:
         query: np.ndarray,
         limit: int,
         admitted: np.ndarray | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[SemanticHit]:
         """The ``limit`` chunks most similar to ``query``; only chunks that exist.
 
         ``admitted`` (sorted chunk rowids, from a search filter): only those rows are
-        scored. Raises CacheCorrupt instead of searching a damaged cache.
+        scored. ``check`` (a search's deadline) is called between segments and rounds.
+        Raises CacheCorrupt instead of searching a damaged cache.
         """
         if limit <= 0:
             return []
@@ -336,9 +342,9 @@ class VectorCache:
             view = self._memory_fallback(conn, generation, model)
         if view.manifest.generation == generation and not view.outdated:
             self._check_rows(conn, view)
-            hits = view.search(query, limit, admitted)
+            hits = view.search(query, limit, admitted, check)
             return [SemanticHit(c.row_id, c.key, c.cosine) for c in hits]
-        return self._search_validated(conn, view, model, query, limit, admitted)
+        return self._search_validated(conn, view, model, query, limit, admitted, check)
 
     def _search_validated(
         self,
@@ -348,11 +354,12 @@ class VectorCache:
         query: np.ndarray,
         limit: int,
         admitted: np.ndarray | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[SemanticHit]:
         """Search a lagging view; drop hits whose chunk was deleted or rewritten since."""
         fetch = limit * STALE_OVERFETCH
         while True:
-            candidates = view.search(query, fetch, admitted)
+            candidates = view.search(query, fetch, admitted, check)
             valid = _still_current(conn, model, candidates)
             hits = [SemanticHit(c.row_id, c.key, c.cosine) for c in candidates if valid(c)]
             if len(hits) >= limit or len(candidates) < fetch:

@@ -60,7 +60,7 @@ import os
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -647,6 +647,7 @@ def search_segments(
     query: np.ndarray,
     limit: int,
     admitted: np.ndarray | None = None,
+    check: Callable[[], None] | None = None,
 ) -> list[Candidate]:
     """The ``limit`` live rows most similar to ``query``, over every segment.
 
@@ -656,7 +657,8 @@ def search_segments(
     quantize`) and merged, so scores and order are the same bits on every machine and
     however the rows are split into segments. [] for a zero-norm query.
     ``admitted`` (sorted rowids, a search filter's): only those rows are scored, exactly
-    (a filtered search never goes through a graph).
+    (a filtered search never goes through a graph). ``check`` (a search's deadline) is
+    called before each segment and may raise to stop the scan.
     """
     if limit <= 0:
         return []
@@ -667,6 +669,8 @@ def search_segments(
     inv_q = np.float32(1.0 / np.sqrt(float(qq)))
     merged: list[Candidate] = []
     for segment in segments:
+        if check is not None:
+            check()
         if admitted is not None:
             positions = _admitted_candidates(segment, q8, inv_q, limit, admitted)
             merged.extend(rescore(segment, positions, q8))

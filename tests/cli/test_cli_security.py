@@ -100,7 +100,7 @@ def test_search_with_a_text_file_as_db_is_one_line_and_leaves_it_unchanged(
     digest = sha256(copy)
     for db in ("/etc/passwd", str(copy)):
         result = rifflux(tmp_path, "search", "x", "--db", db)
-        assert_one_line_error(result, "index database is damaged (file is not a database")
+        assert_one_line_error(result, "is not a Rifflux index: it is not an SQLite database")
     assert sha256(copy) == digest
 
 

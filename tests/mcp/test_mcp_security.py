@@ -183,8 +183,7 @@ async def test_db_path_never_writes_a_file_that_is_not_an_index(
     sizes = {name: path.stat().st_size for name, path in files.items()}
     for name, path in files.items():
         message = await refused(session, "search_rifflux", query="x", db_path=str(path))
-        expected = "index database is damaged" if name == "text" else "is not a Rifflux index"
-        assert expected in message, (name, message)
+        assert "is not a Rifflux index" in message and "damaged" not in message, (name, message)
     assert {name: sha256(path) for name, path in files.items()} == before
     assert {name: path.stat().st_size for name, path in files.items()} == sizes
     conn = sqlite3.connect(files["other"])

@@ -179,13 +179,16 @@ async def test_get_file_returns_an_indexed_files_chunks(session: ClientSession) 
     assert [c["chunk_index"] for c in served["chunks"]] == list(range(len(served["chunks"])))
 
 
-async def test_a_text_file_as_db_path_is_a_damaged_database_not_an_internal_error(
+async def test_a_text_file_as_db_path_is_not_an_index_not_an_internal_error(
     session: ClientSession,
 ) -> None:
-    # A text file is no SQLite database: one line that names the problem and the fix.
+    # A text file is no SQLite database: one line that names the problem and the fix,
+    # never "damaged; rebuild" (issue 20, finding 9).
     message = await error(session, "search_rifflux", query="basil", db_path="docs/install.md")
-    assert message.startswith("index database is damaged (file is not a database: ")
-    assert message.endswith("rebuild with `rifflux index --rebuild DIR`")
+    assert message.endswith(
+        "install.md is not a Rifflux index: it is not an SQLite database at all; name an "
+        "index database (such as .rifflux/index.db) with --db, RIFFLUX_DB_PATH or db_path"
+    )
 
 
 async def test_index_status_reports_the_index(
