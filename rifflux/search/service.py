@@ -223,8 +223,16 @@ class SearchService:
         request = SearchRequest.from_arguments({**options, "query": query, "mode": mode})
         return self._search(request, top_k)[0]
 
+    @_reports_damage
+    def search_within(
+        self, request: SearchRequest, restrict: np.ndarray
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted)
+        only, as if a filter admitted them: how the knowledge tools rank one kind."""
+        return self._search(request, request.top_k, restrict)
+
     def _search(
-        self, request: SearchRequest, top_k: int
+        self, request: SearchRequest, top_k: int, restrict: np.ndarray | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         """(results, warning): the warning is set when lexical results stand in.
 
@@ -233,6 +241,8 @@ class SearchService:
             return [], None
         conn = self.connection()
         admitted = admitted_rows(conn, request)
+        if restrict is not None:
+            admitted = restrict if admitted is None else np.intersect1d(admitted, restrict)
         if admitted is not None and admitted.shape[0] == 0:
             return [], None
         depth = self._candidate_depth(request, top_k)
