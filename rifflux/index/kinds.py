@@ -35,6 +35,7 @@ re-chunks every file stored under an older version (rifflux.index.changes).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ TOP_LINES = 40
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_FENCE_CHARS = ("`", "~")
+# A line that may open or close a fence, be an ATX heading or a setext underline.
+_CANDIDATE = re.compile(r"^ {0,3}(?:#|`{3,}|~{3,}|=+[ \t]*$|-+[ \t]*$)", re.M)
 _NOT_PARAGRAPH = re.compile(r"^ {0,3}(?:[-*+>]|\d+[.)]|#|`{3}|~{3}|\|)")
 
 
@@ -84,6 +88,7 @@ class Section:
     body: int  # just after the heading line(s)
     lead_end: int  # the next heading of any level (or the end)
     end: int  # the next heading of this level or higher (or the end)
+    label: str = ""  # the heading as a label (``heading_label``)
 
 
 def sections(body: str, title: str = "", *, markdown: bool = True) -> list[Section]:
@@ -94,14 +99,15 @@ def sections(body: str, title: str = "", *, markdown: bool = True) -> list[Secti
     has_h1 = any(level == 1 for level, _, _, _ in heads)
     stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
     root = _crumb(stack)  # the front matter title, when it names the document
-    out = [Section(0, root, root, 0, 0, heads[0][2] if heads else len(body), len(body))]
+    out = [Section(0, root, root, 0, 0, heads[0][2] if heads else len(body), len(body), "")]
     for k, (level, text, start, after) in enumerate(heads):
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, text))
         lead_end = heads[k + 1][2] if k + 1 < len(heads) else len(body)
         end = next((h[2] for h in heads[k + 1 :] if h[0] <= level), len(body))
-        out.append(Section(level, text, _crumb(stack), start, after, lead_end, end))
+        crumb = _crumb(stack)
+        out.append(Section(level, text, crumb, start, after, lead_end, end, heading_label(text)))
     return out
 
 
@@ -110,40 +116,55 @@ def _crumb(stack: list[tuple[int, str]]) -> str:
 
 
 def _headings(body: str) -> list[tuple[int, str, int, int]]:
-    lines = body.split("\n")
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line) + 1)
+    """(level, text, start, body start) of each heading outside fenced code. Only the lines
+    that may open a fence, be an ATX heading or underline a setext one are looked at."""
     found: list[tuple[int, str, int, int]] = []
     fence = ""
-    for i, line in enumerate(lines):
-        opener = _FENCE.match(line)
-        if fence:
-            closes = (
-                opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence)
-            )
-            if closes and not line.strip().lstrip(fence[0]):
+    for candidate in _CANDIDATE.finditer(body):
+        start = candidate.start()
+        newline = body.find("\n", start)
+        end = len(body) if newline < 0 else newline
+        line = body[start:end]
+        after = min(end + 1, len(body))
+        marker = line.lstrip()[:1]
+        if marker in _FENCE_CHARS:
+            opener = _FENCE.match(line)
+            if opener is None:
+                continue
+            if not fence:
+                fence = opener.group(1)
+            elif (
+                opener.group(1)[0] == fence[0]
+                and len(opener.group(1)) >= len(fence)
+                and not line.strip().lstrip(fence[0])
+            ):
                 fence = ""
+        elif fence:
             continue
-        if opener:
-            fence = opener.group(1)
-            continue
-        atx = _ATX.match(line)
-        if atx:
-            text = " ".join((atx.group(2) or "").split())
-            found.append((len(atx.group(1)), text, offsets[i], offsets[i + 1]))
-            continue
-        if (
-            i + 1 < len(lines)
-            and line.strip()
-            and (i == 0 or not lines[i - 1].strip())
-            and not _NOT_PARAGRAPH.match(line)
-            and not line.startswith("    ")
-            and (under := _SETEXT.match(lines[i + 1]))
-        ):
-            level = 1 if under.group(1)[0] == "=" else 2
-            found.append((level, " ".join(line.split()), offsets[i], offsets[i + 2]))
+        elif marker == "#":
+            atx = _ATX.match(line)
+            if atx:
+                found.append(
+                    (len(atx.group(1)), " ".join((atx.group(2) or "").split()), start, after)
+                )
+        elif start > 0:
+            heading = _setext_text(body, start)
+            if heading is not None:
+                level = 1 if marker == "=" else 2
+                found.append((level, " ".join(heading[1].split()), heading[0], after))
     return found
+
+
+def _setext_text(body: str, underline: int) -> tuple[int, str] | None:
+    """(start, text) of the one-line paragraph a ``===``/``---`` line at ``underline``
+    turns into a heading, or None (a blank line or another block before it)."""
+    start = body.rfind("\n", 0, underline - 1) + 1
+    text = body[start : underline - 1]
+    if not text.strip() or _NOT_PARAGRAPH.match(text) or text.startswith("    "):
+        return None
+    if start > 0 and body[body.rfind("\n", 0, start - 1) + 1 : start - 1].strip():
+        return None  # a paragraph of several lines: not modelled, not a heading here
+    return start, text
 
 
 def descendants(all_sections: Sequence[Section], parent: Section) -> list[Section]:
@@ -212,7 +233,7 @@ _STATUS_SYNONYMS = {
 _DECISION_TYPE_KEYS = ("decision_type", "decision-type", "decisiontype", "category")
 
 
-def _label(heading: str) -> str:
+def heading_label(heading: str) -> str:
     """A heading as a label: lower case, numbering, emoji and punctuation dropped."""
     text = _LINK.sub(r"\1", heading).lower()
     text = re.sub(r"^[\W\d_]*(?:adr[- ]?\d+[:.]?)?", "", text)
@@ -270,7 +291,7 @@ def decision_fields(
 ) -> DecisionFields | None:
     """The decision record's fields if the file is one (the decision rule), else None."""
     body = front.body
-    by_label = {_label(s.heading): s for s in reversed(all_sections) if s.level}
+    by_label = {s.label: s for s in reversed(all_sections) if s.level}
     top = "\n".join(body.lstrip("\n").split("\n")[:TOP_LINES])
     status_section = by_label.get("status")
     raw_status = front.status
@@ -348,13 +369,42 @@ _ERROR_LABEL = re.compile(
 )
 # A log line's level: after at most three leading tokens with digits (a timestamp, a pid).
 _LOG_LEVEL = re.compile(
-    r"^\s*(?:\S*\d\S*\s+){0,3}\[?(?:ERROR|FATAL|CRITICAL|SEVERE|PANIC|E)\]?(?::|\s+\S)"
+    r"^\s*(?:\S*\d\S*\s+){0,3}\[?(?:ERROR|FATAL|CRITICAL|SEVERE|PANIC)\]?(?::|\s+\S)"
 )
 _ERROR_WORDS = re.compile(
     r"\b(?:error|exception|fatal|failed|failure|denied|refused|panic|traceback|cannot|"
     r"can't|could not|unable to|not found|no such file|no space left|timed out|"
     r"undefined reference|unresolved|segmentation fault)\b",
     re.I,
+)
+# Every signature holds one of these (or a ``_CODE``): text without any is skipped whole.
+# (Substring tests of the lower-cased text: one regex of these alternatives costs ~50x more.)
+_SIGNAL_WORDS = (
+    "error",
+    "exception",
+    "fault",
+    "fatal",
+    "panic",
+    "fail",
+    "err!",
+    "uncaught",
+    "unhandled",
+    "denied",
+    "refused",
+    "cannot",
+    "can't",
+    "could not",
+    "unable to",
+    "not found",
+    "no such file",
+    "no space left",
+    "timed out",
+    "undefined reference",
+    "unresolved",
+    "segmentation",
+    "traceback",
+    "critical",
+    "severe",
 )
 _MESSAGE = re.compile(r"\S:\s+\S")  # "prefix: message", the shape of most error output
 _CODE_LINE = re.compile(
@@ -453,11 +503,20 @@ def _line_signature(line: str, where: str) -> bool:
     return bool(_ERROR_WORDS.search(line) and _MESSAGE.search(line))
 
 
+def has_signal(text: str) -> bool:
+    """Whether ``text`` could hold a signature at all (cheap: substring tests, then one
+    search for an error code)."""
+    low = text.lower()
+    return any(word in low for word in _SIGNAL_WORDS) or bool(_CODE.search(text))
+
+
 def signature_in(text: str) -> str:
     """The first line of ``text`` (markdown) carrying an error signature, cleaned; ''."""
+    if not has_signal(text):
+        return ""
     fence, language = "", ""
     for line in text.split("\n"):
-        opener = _FENCE.match(line)
+        opener = _FENCE.match(line) if line.lstrip()[:1] in _FENCE_CHARS else None
         if opener:
             if fence:
                 fence = ""
@@ -466,7 +525,7 @@ def signature_in(text: str) -> str:
                 info = line.strip().lstrip(fence[0]).strip().split()
                 language = info[0].lower() if info else ""
             continue
-        if not line.strip():
+        if not line.strip() or not has_signal(line):
             continue
         if fence:
             where = "output" if language in _OUTPUT_FENCES else "code"
@@ -486,12 +545,13 @@ def heading_signature(heading: str) -> bool:
     )
 
 
-def is_fix_heading(heading: str) -> bool:
-    return bool(_FIX_HEADING.match(_label(heading)))
+def is_fix_label(label: str) -> bool:
+    """Whether a heading (as a label) names a fix or a cause: Solution, Fix, How to fix it..."""
+    return bool(_FIX_HEADING.match(label))
 
 
-def _is_cause_heading(heading: str) -> bool:
-    return bool({"cause", "causes"} & set(_label(heading).split()))
+def _is_cause_label(label: str) -> bool:
+    return bool({"cause", "causes"} & set(label.split()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,16 +563,61 @@ class ErrorSection:
     solution: str
 
 
+_FIX_SENTENCE_WORDS = (
+    "to fix",
+    "to resolve",
+    "to solve",
+    "to work around",
+    "you can fix",
+    "you can resolve",
+    "you can solve",
+    "you can work around",
+    " is caused",
+    "are caused",
+    "was caused",
+    "usually caused",
+    "often caused",
+    "typically caused",
+    "fix is",
+    "solution is",
+    "workaround is",
+    *(
+        f"{noun} {verb}"
+        for noun in ("error", "issue", "problem", "message")
+        for verb in ("means", "occurs", "happens", "is caused", "indicates", "appears")
+    ),
+)
+
+
+def _may_hold_fix_sentence(body: str) -> bool:
+    """Substring tests standing in front of ``_FIX_SENTENCE`` (a regex pass costs ~10x)."""
+    low = body.lower()
+    return any(words in low for words in _FIX_SENTENCE_WORDS)
+
+
 def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSection]:
-    """Every innermost section that is an error-solution pair (see the module docstring)."""
+    """Every innermost section that is an error-solution pair (see the module docstring).
+
+    The fixes are found first, in one pass over the body (fix headings, ``Fix:`` labels,
+    "to fix this" sentences): only a section with one below it is searched for a
+    signature, so a file without any costs two regex passes.
+    """
+    sentences = _FIX_SENTENCE.finditer(body) if _may_hold_fix_sentence(body) else ()
+    fixes = sorted(
+        [s.start for s in all_sections if s.level and is_fix_label(s.label)]
+        + [m.start() for m in _FIX_LABEL.finditer(body)]
+        + [m.start() for m in sentences]
+    )
     found: list[ErrorSection] = []
     for section in all_sections:
-        if section.level and is_fix_heading(section.heading):
+        if section.level and is_fix_label(section.label):
+            continue
+        first_fix = bisect.bisect_left(fixes, section.body)
+        if first_fix == len(fixes) or fixes[first_fix] >= section.end:
             continue
         signature = _signature(body, all_sections, section)
-        if not signature or not _has_fix(body, all_sections, section):
-            continue
-        found.append(ErrorSection(section, signature, _solution(body, all_sections, section)))
+        if signature:
+            found.append(ErrorSection(section, signature, _solution(body, all_sections, section)))
     return [
         pair
         for pair in found
@@ -533,23 +638,16 @@ def _signature(body: str, all_sections: Sequence[Section], section: Section) -> 
     if found:
         return found
     for child in children(all_sections, section):
-        if _label(child.heading) in _SYMPTOM_LABELS:
+        if child.label in _SYMPTOM_LABELS:
             found = signature_in(body[child.body : min(child.end, child.body + LEAD_CHARS)])
             if found:
                 return found
     return ""
 
 
-def _has_fix(body: str, all_sections: Sequence[Section], section: Section) -> bool:
-    if any(is_fix_heading(s.heading) for s in descendants(all_sections, section)):
-        return True
-    text = body[section.body : section.end]
-    return bool(_FIX_LABEL.search(text) or _FIX_SENTENCE.search(text))
-
-
 def _solution(body: str, all_sections: Sequence[Section], section: Section) -> str:
-    fixes = [s for s in descendants(all_sections, section) if is_fix_heading(s.heading)]
-    preferred = [s for s in fixes if not _is_cause_heading(s.heading)] or fixes
+    fixes = [s for s in descendants(all_sections, section) if is_fix_label(s.label)]
+    preferred = [s for s in fixes if not _is_cause_label(s.label)] or fixes
     if preferred:
         text = "\n\n".join(body[s.body : s.end].strip() for s in _outermost(preferred))
         return text[:MAX_SOLUTION_CHARS]
