@@ -264,6 +264,17 @@ def canonical_status(raw: str) -> str:
     return words[0]
 
 
+def _top_lines(body: str) -> str:
+    """The first ``TOP_LINES`` lines of the body's text (blank front matter lines skipped)."""
+    text = body.lstrip("\n")
+    end = -1
+    for _ in range(TOP_LINES):
+        end = text.find("\n", end + 1)
+        if end < 0:
+            return text
+    return text[:end]
+
+
 def _first_text_line(text: str) -> str:
     for line in text.split("\n"):
         stripped = line.strip().strip("*_>-+ \t")
@@ -292,7 +303,12 @@ def decision_fields(
     """The decision record's fields if the file is one (the decision rule), else None."""
     body = front.body
     by_label = {s.label: s for s in reversed(all_sections) if s.level}
-    top = "\n".join(body.lstrip("\n").split("\n")[:TOP_LINES])
+    context = next((by_label[label] for label in _CONTEXT_LABELS if label in by_label), None)
+    decision = next((by_label[label] for label in _DECISION_LABELS if label in by_label), None)
+    declared = front.doc_type in ("decision", "adr")
+    if not declared and (context is None or decision is None):
+        return None  # most files: no status is read
+    top = _top_lines(body)
     status_section = by_label.get("status")
     raw_status = front.status
     if not raw_status and status_section is not None:
@@ -300,12 +316,8 @@ def decision_fields(
     if not raw_status and (line := _STATUS_LINE.search(top)):
         raw_status = line.group(1)
     status = canonical_status(raw_status)
-    context = next((by_label[label] for label in _CONTEXT_LABELS if label in by_label), None)
-    decision = next((by_label[label] for label in _DECISION_LABELS if label in by_label), None)
     consequences = any(label in by_label for label in _CONSEQUENCE_LABELS)
-    declared = front.doc_type in ("decision", "adr")
-    shaped = bool(status) and context is not None and decision is not None
-    if not (declared or (shaped and (_is_adr_path(rel_path) or consequences))):
+    if not (declared or (status and (_is_adr_path(rel_path) or consequences))):
         return None
     date = front.date
     if not date and (line := _DATE_LINE.search(top)):
@@ -463,14 +475,34 @@ _FIX_LABEL = re.compile(
     r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*",
     re.I | re.M,
 )
-_FIX_SENTENCE = re.compile(
-    r"\b(?:to (?:fix|resolve|solve|work around) (?:this|it|the (?:error|issue|problem))"
-    r"|you can (?:fix|resolve|solve|work around) (?:this|it)"
-    r"|the (?:fix|solution|workaround) is"
-    r"|(?:error|issue|problem|message) (?:means|occurs|happens|is caused|indicates|appears)"
-    r"|(?:is|are|was) (?:usually |often |typically )?caused by)\b",
-    re.I,
+# Sentences that give a fix or a cause, matched in the lower-cased text: one pattern per
+# leading literal, which the regex engine finds ~4x faster than one alternation with re.I.
+_FIX_SENTENCES = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"to (?:fix|resolve|solve|work around) (?:this|it|the (?:error|issue|problem))\b",
+        r"you can (?:fix|resolve|solve|work around) (?:this|it)\b",
+        r"the (?:fix|solution|workaround) is\b",
+        r"(?:error|issue|problem|message) (?:means|occurs|happens|is caused|indicates|appears)\b",
+        r"caused by\b",
+    )
 )
+
+
+def fix_sentences(text: str) -> list[int]:
+    """Where ``text`` gives a fix or a cause in a sentence ("To fix this", "This error
+    means", "caused by"), sorted; [] without one of ``_FIX_SENTENCE_WORDS``. (The patterns
+    open with their literal, which the regex engine finds fast; the word boundary before
+    it is checked here.)"""
+    low = text.lower()
+    if not any(words in low for words in _FIX_SENTENCE_WORDS):
+        return []
+    return sorted(
+        m.start()
+        for pattern in _FIX_SENTENCES
+        for m in pattern.finditer(low)
+        if m.start() == 0 or not (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_")
+    )
 
 
 def _clean_line(line: str) -> str:
@@ -563,36 +595,22 @@ class ErrorSection:
     solution: str
 
 
+# One of these is in every match of ``_FIX_SENTENCES`` (lower case): a file without any
+# skips the regexes, which cost ~10x these substring tests.
 _FIX_SENTENCE_WORDS = (
-    "to fix",
-    "to resolve",
-    "to solve",
-    "to work around",
-    "you can fix",
-    "you can resolve",
-    "you can solve",
-    "you can work around",
-    " is caused",
-    "are caused",
-    "was caused",
-    "usually caused",
-    "often caused",
-    "typically caused",
-    "fix is",
-    "solution is",
-    "workaround is",
-    *(
-        f"{noun} {verb}"
-        for noun in ("error", "issue", "problem", "message")
-        for verb in ("means", "occurs", "happens", "is caused", "indicates", "appears")
-    ),
+    "fix",
+    "resolv",
+    "solv",
+    "solution",
+    "work around",
+    "workaround",
+    "caused",
+    "means",
+    "occurs",
+    "happens",
+    "indicates",
+    "appears",
 )
-
-
-def _may_hold_fix_sentence(body: str) -> bool:
-    """Substring tests standing in front of ``_FIX_SENTENCE`` (a regex pass costs ~10x)."""
-    low = body.lower()
-    return any(words in low for words in _FIX_SENTENCE_WORDS)
 
 
 def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSection]:
@@ -602,11 +620,10 @@ def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSect
     "to fix this" sentences): only a section with one below it is searched for a
     signature, so a file without any costs two regex passes.
     """
-    sentences = _FIX_SENTENCE.finditer(body) if _may_hold_fix_sentence(body) else ()
     fixes = sorted(
         [s.start for s in all_sections if s.level and is_fix_label(s.label)]
         + [m.start() for m in _FIX_LABEL.finditer(body)]
-        + [m.start() for m in sentences]
+        + fix_sentences(body)
     )
     found: list[ErrorSection] = []
     for section in all_sections:
@@ -656,8 +673,8 @@ def _solution(body: str, all_sections: Sequence[Section], section: Section) -> s
     if labels:
         fix = next((m for m in labels if m.group(1).lower() != "cause"), labels[0])
         return own[fix.start() :].strip()[:MAX_SOLUTION_CHARS]
-    sentence = _FIX_SENTENCE.search(own)
-    start = own.rfind("\n\n", 0, sentence.start()) + 1 if sentence else 0
+    sentences = fix_sentences(own)
+    start = own.rfind("\n\n", 0, sentences[0]) + 1 if sentences else 0
     return own[start:].strip()[:MAX_SOLUTION_CHARS]
 
 
