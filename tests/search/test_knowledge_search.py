@@ -8,6 +8,8 @@ hand, or from the files' own text, never from the code under test.
 from __future__ import annotations
 
 import shutil
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +17,14 @@ from knowledge_kinds import CORPUS, load_expected
 from rifflux_testing import make_settings
 
 from rifflux.cli import build_parser
-from rifflux.errors import InvalidQueryError, NotFoundError
+from rifflux.errors import IndexMissingError, InvalidQueryError, NotFoundError
 from rifflux.index.indexer import Indexer
 from rifflux.search import knowledge
 from rifflux.search.budget import estimate_tokens
 from rifflux.search.multi_get import expand, read_files
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
+from rifflux.status import context_stats
 from rifflux.store.reader import IndexReader
 
 EXPECTED = load_expected()
@@ -295,8 +298,6 @@ def test_multi_get_returns_files_in_the_order_asked_under_one_budget(
 
 
 def test_context_stats_counts_each_knowledge_base(service: SearchService) -> None:
-    from rifflux.status import context_stats
-
     stats = context_stats(service)
     assert set(stats) == {
         "files",
@@ -321,3 +322,40 @@ def test_context_stats_counts_each_knowledge_base(service: SearchService) -> Non
     assert {"tag": "database", "files": 3} in block["tags"]
     assert sum(block["chunks_by_kind"].values()) == stats["chunks"]
     assert stats["embedding_coverage"] == 1.0
+
+
+def test_the_knowledge_reads_create_nothing_without_an_index(tmp_path: Path) -> None:
+    service = SearchService(make_settings(tmp_path / "none"))
+    calls = [
+        lambda: knowledge.search_decisions(service, "database"),
+        lambda: knowledge.search_errors(service, "Error: x"),
+        lambda: context_stats(service),
+    ]
+    for call in calls:
+        with pytest.raises(IndexMissingError, match=r"^no index at "):
+            call()
+    assert not (tmp_path / "none").exists()
+
+
+def test_an_index_without_the_knowledge_tables_reads_as_notes(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("---\ntitle: Alpha\ntags: [x]\n---\n# Alpha\n\nThe importer.\n")
+    (docs / "b.md").write_text("# Beta\n\nThe importer again.\n")
+    settings = make_settings(tmp_path)
+    Indexer(settings).run([docs])
+    conn = sqlite3.connect(settings.db_path)
+    for table in ("file_knowledge", "file_tags", "error_pairs", "chunks_about"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.commit()
+    conn.close()
+    service = SearchService(settings)  # read-only: nothing is created
+    assert found(service, kinds=["note"]) == {("docs/a.md", 0), ("docs/b.md", 0)}
+    assert found(service, kinds=["decision", "error"]) == set()
+    assert found(service, tags=["x"]) == found(service, status="accepted") == set()
+    assert found(service, mode="lexical") == {("docs/a.md", 0), ("docs/b.md", 0)}
+    assert knowledge.search_decisions(service, "importer")["count"] == 0
+    assert knowledge.search_errors(service, "importer")["count"] == 0
+    stats = context_stats(service)["knowledge"]
+    assert stats["chunks_by_kind"] == {"decision": 0, "error": 0, "note": 2}
+    assert stats["notes"] == 2
