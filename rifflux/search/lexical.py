@@ -236,38 +236,52 @@ _TOP_WITH_PATH_SQL = (
 )
 
 # With the about field (rifflux.store.knowledge's ``chunks_about``: front matter's title,
-# name, description and summary as a field of the file's first chunk): the chunk's matches
-# and the weighted about matches summed per chunk, so a first chunk may match by its about
-# text alone, as it matched by its front matter before the block left its content. Binds
-# [the path MATCH,] the chunk MATCH and the ``where`` values, the about MATCH and the
-# ``where`` values again, then the limit.
-_ABOUT_MATCHES = (
-    "SELECT id, SUM(score) AS score FROM ("
-    "SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} WHERE {t} MATCH ?{where} "
-    "UNION ALL SELECT rowid AS id, {aw} * bm25("
+# name, description and summary as a field of the file's first chunk). A chunk's score is
+# its own bm25() (0 when its text does not match) + ``{aw}`` × its about bm25() (+ the
+# path's weighted bm25()): ``t1`` ranks the text matches with their about (and path)
+# bonus, ``a`` holds every about match (few: one row per file at most) with its bonus
+# alone, and the union keeps each chunk's lowest. Exact: a first chunk whose text matches
+# but falls outside ``t1`` scores worse than ``t1``'s last row with the bonus, so worse
+# still without it. Only ``a`` is new work; the text matches are ranked as before.
+# Binds [the path MATCH,] the about MATCH and ``where`` values, the chunk MATCH and
+# ``where`` values, then the limit twice.
+_ABOUT_CTES = (
+    "a0 AS (SELECT rowid AS id, {aw} * bm25("
     + ABOUT_TABLE
     + ") AS score FROM "
     + ABOUT_TABLE
     + " WHERE "
     + ABOUT_TABLE
-    + " MATCH ?{where}) GROUP BY id"
+    + " MATCH ?{where}), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} WHERE {t} MATCH ?{where}), "
+)
+_ABOUT_TOP = (
+    "top AS (SELECT id, MIN(score) AS score FROM (SELECT id, score FROM t1 "
+    "UNION ALL SELECT id, score FROM a) GROUP BY id ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
 )
 _TOP_ABOUT_SQL = (
-    "WITH top AS (" + _ABOUT_MATCHES + " ORDER BY score LIMIT ?) "
-    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
-    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
-    "ORDER BY top.score, f.path, c.chunk_index"
+    "WITH " + _ABOUT_CTES + "a AS (SELECT id, score FROM a0), "
+    "t1 AS (SELECT m.id AS id, m.score + coalesce(a.score, 0.0) AS score FROM m "
+    "LEFT JOIN a ON a.id = m.id ORDER BY score LIMIT ?), " + _ABOUT_TOP
 )
 _TOP_ABOUT_WITH_PATH_SQL = (
-    "WITH p AS (SELECT rowid AS file_id, bm25(" + PATH_TABLE + ") AS score "
-    "FROM " + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
-    "m AS (" + _ABOUT_MATCHES + "), "
-    "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
-    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
-    "LEFT JOIN p ON p.file_id = k.file_id ORDER BY score LIMIT ?) "
-    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
-    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
-    "ORDER BY top.score, f.path, c.chunk_index"
+    "WITH p AS (SELECT rowid AS file_id, {w} * bm25(" + PATH_TABLE + ") AS score "
+    "FROM "
+    + PATH_TABLE
+    + " WHERE "
+    + PATH_TABLE
+    + " MATCH ?), "
+    + _ABOUT_CTES
+    + "a AS (SELECT a0.id AS id, a0.score + coalesce(p.score, 0.0) AS score FROM a0 "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = a0.id "
+    "LEFT JOIN p ON p.file_id = k.file_id), "
+    "t1 AS (SELECT m.id AS id, m.score + coalesce(p.score, 0.0) + coalesce(a0.score, 0.0) "
+    "AS score FROM m JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id LEFT JOIN a0 ON a0.id = m.id "
+    "ORDER BY score LIMIT ?), " + _ABOUT_TOP
 )
 _ANY_ABOUT_SQL = f"SELECT 1 FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ? LIMIT 1"
 
@@ -393,6 +407,7 @@ def _ranked(
     row's; with ``about`` (``chunks_fts`` only), the weighted bm25() of the about text of
     a file's first chunk is added to that chunk's, which it may match by alone."""
     weights = {"h": float(options.heading_weight), "c": float(options.content_weight)}
+    limits = 1  # LIMIT placeholders at the end of the SQL
     if about and table == "chunks_fts":
         template = _TOP_ABOUT_WITH_PATH_SQL if path else _TOP_ABOUT_SQL
         sql = template.format(
@@ -403,6 +418,7 @@ def _ranked(
             **weights,
         )
         bound: tuple[object, ...] = (*((path,) if path else ()), match, *params, match, *params)
+        limits = 2
     elif path:
         sql = _TOP_WITH_PATH_SQL.format(
             t=table, w=float(options.path_weight), where=where, **weights
@@ -413,7 +429,7 @@ def _ranked(
         bound = (match, *params)
     fetch = limit + TIE_MARGIN
     while True:
-        rows = conn.execute(sql, (*bound, fetch)).fetchall()
+        rows = conn.execute(sql, (*bound, *[fetch] * limits)).fetchall()
         hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
         if skip is not None and hits:
             skipped = skip(conn, [h.row_id for h in hits])
