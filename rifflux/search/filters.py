@@ -137,11 +137,12 @@ def admitted_rows(conn: sqlite3.Connection, request: SearchRequest) -> np.ndarra
         return rows
     if rows is not None and rows.shape[0] == 0:
         return rows
-    kept = knowledge.chunk_rowids(
+    found = knowledge.chunk_rowids(
         conn, kinds=request.kinds, tags=request.tags, status=request.status
     )
-    found = np.unique(np.asarray(kept, dtype=np.int64))
-    return found if rows is None else np.intersect1d(rows, found, assume_unique=True)
+    if found is None or rows is None:
+        return rows if found is None else found
+    return np.intersect1d(rows, found, assume_unique=True)
 
 
 def _path_and_content_rows(conn: sqlite3.Connection, request: SearchRequest) -> np.ndarray | None:

@@ -65,9 +65,9 @@ def check_decision_type(value: object) -> str | None:
         ) from exc
 
 
-def _restricted(service: SearchService, **conditions: Any) -> np.ndarray:
-    rows = knowledge.chunk_rowids(service.connection(), **conditions)
-    return np.unique(np.asarray(rows, dtype=np.int64))
+def _restricted(service: SearchService, **conditions: Any) -> np.ndarray | None:
+    """Sorted rowids of the chunks ``conditions`` admit (None: every chunk)."""
+    return knowledge.chunk_rowids(service.connection(), **conditions)
 
 
 def _response(

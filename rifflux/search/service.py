@@ -225,10 +225,11 @@ class SearchService:
 
     @_reports_damage
     def search_within(
-        self, request: SearchRequest, restrict: np.ndarray
+        self, request: SearchRequest, restrict: np.ndarray | None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted)
-        only, as if a filter admitted them: how the knowledge tools rank one kind."""
+        """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted;
+        None: every chunk) only, as if a filter admitted them: how the knowledge tools
+        rank one kind."""
         return self._search(request, request.top_k, restrict)
 
     def _search(

@@ -37,20 +37,10 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from rifflux.store.rows import KINDS, FileKnowledge
 from rifflux.store.schema import KNOWLEDGE_TABLE, has_schema_object
-
-# The SQL condition "chunk c is of kind K", on ``chunks c``.
-_DECISION_FILES = "SELECT file_id FROM file_knowledge WHERE kind = 'decision'"
-_IN_ERROR_PAIR = (
-    "EXISTS (SELECT 1 FROM error_pairs p WHERE p.file_id = c.file_id "
-    "AND c.chunk_index BETWEEN p.first_chunk AND p.last_chunk)"
-)
-_KIND_CONDITION = {
-    "decision": f"c.file_id IN ({_DECISION_FILES})",
-    "error": f"c.file_id NOT IN ({_DECISION_FILES}) AND {_IN_ERROR_PAIR}",
-    "note": f"c.file_id NOT IN ({_DECISION_FILES}) AND NOT {_IN_ERROR_PAIR}",
-}
 
 
 def has_knowledge(conn: sqlite3.Connection) -> bool:
@@ -116,6 +106,27 @@ def stale_paths(conn: sqlite3.Connection, version: int) -> set[str]:
     return {str(row[0]) for row in rows}
 
 
+# The chunks of decision files, and the chunks inside an error pair of other files: the
+# two small kinds, read by joins from their own tables (a note is every other chunk).
+_DECISION_CHUNKS = (
+    "SELECT c.id FROM file_knowledge k JOIN chunks c ON c.file_id = k.file_id "
+    "WHERE k.kind = 'decision'"
+)
+# CROSS JOIN keeps SQLite's planner from scanning every chunk: the few pairs come first,
+# each seeks its chunk range in the (file_id, chunk_index) index.
+_ERROR_CHUNKS = (
+    "SELECT DISTINCT c.id FROM error_pairs p CROSS JOIN chunks c ON c.file_id = p.file_id "
+    "AND c.chunk_index BETWEEN p.first_chunk AND p.last_chunk "
+    "WHERE p.file_id NOT IN (SELECT file_id FROM file_knowledge WHERE kind = 'decision')"
+)
+_KIND_CHUNKS = {"decision": _DECISION_CHUNKS, "error": _ERROR_CHUNKS}
+
+
+def _rowids(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> np.ndarray:
+    rows = conn.execute(sql, params).fetchall()
+    return np.unique(np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)))
+
+
 def chunk_rowids(
     conn: sqlite3.Connection,
     *,
@@ -123,32 +134,49 @@ def chunk_rowids(
     tags: Sequence[str] | None = None,
     status: str | None = None,
     decision_type: str | None = None,
-) -> list[int]:
-    """Rowids of the chunks admitted by every given condition: a kind among ``kinds``, a
-    file with every tag of ``tags``, with ``status``, with ``decision_type`` (the values
-    already normalised: lower case)."""
+) -> np.ndarray | None:
+    """Sorted rowids of the chunks admitted by every given condition: a kind among
+    ``kinds``, a file with every tag of ``tags``, with ``status``, with ``decision_type``
+    (values already normalised: lower case); None when the conditions admit every chunk.
+
+    Decision and error chunks are read by joins from their small tables and notes are
+    every other chunk (set difference), so ``kinds=note`` on 15k chunks costs one read of
+    the rowids rather than a correlated subquery per chunk (BENCHMARKS.md, issue 23).
+    """
+    wanted = set(kinds) if kinds is not None else set(KINDS)
     if not has_knowledge(conn):
-        if tags or status or decision_type or (kinds is not None and "note" not in kinds):
-            return []
-        return [int(row[0]) for row in conn.execute("SELECT id FROM chunks")]
-    where: list[str] = []
-    params: list[Any] = []
-    if kinds is not None and set(kinds) != set(KINDS):
-        where.append("(" + " OR ".join(f"({_KIND_CONDITION[kind]})" for kind in kinds) + ")")
+        if tags or status or decision_type or "note" not in wanted:
+            return np.zeros(0, dtype=np.int64)
+        return None
+    found: np.ndarray | None = None
+    if wanted != set(KINDS):
+        if "note" in wanted:
+            left_out = [_rowids(conn, _KIND_CHUNKS[k]) for k in _KIND_CHUNKS if k not in wanted]
+            excluded = np.concatenate(left_out)
+            if excluded.shape[0]:
+                every = _rowids(conn, "SELECT id FROM chunks")
+                found = np.setdiff1d(every, excluded, assume_unique=True)
+        else:
+            found = np.unique(np.concatenate([_rowids(conn, _KIND_CHUNKS[k]) for k in wanted]))
+    file_sets: list[tuple[str, list[Any]]] = []
     if tags:
         marks = ",".join("?" * len(tags))
-        where.append(
-            f"c.file_id IN (SELECT file_id FROM file_tags WHERE tag IN ({marks}) "
-            "GROUP BY file_id HAVING COUNT(*) = ?)"
+        file_sets.append(
+            (
+                f"SELECT file_id FROM file_tags WHERE tag IN ({marks}) "
+                "GROUP BY file_id HAVING COUNT(*) = ?",
+                [*tags, len(tags)],
+            )
         )
-        params += [*tags, len(tags)]
-    fields = [("status", status), ("decision_type", decision_type)]
-    for column, value in fields:
+    for column, value in (("status", status), ("decision_type", decision_type)):
         if value is not None:
-            where.append(f"c.file_id IN (SELECT file_id FROM file_knowledge WHERE {column} = ?)")
-            params.append(value)
-    sql = "SELECT c.id FROM chunks c" + (" WHERE " + " AND ".join(where) if where else "")
-    return [int(row[0]) for row in conn.execute(sql, params)]
+            file_sets.append((f"SELECT file_id FROM file_knowledge WHERE {column} = ?", [value]))
+    for files_sql, params in file_sets:
+        admitted = _rowids(
+            conn, f"SELECT c.id FROM chunks c WHERE c.file_id IN ({files_sql})", params
+        )
+        found = admitted if found is None else np.intersect1d(found, admitted, assume_unique=True)
+    return found
 
 
 def decisions_of_files(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, sqlite3.Row]:
@@ -204,13 +232,8 @@ def summary(conn: sqlite3.Connection, *, max_tags: int) -> dict[str, Any]:
         )
     }
     kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM file_knowledge GROUP BY kind").fetchall())
-    chunk_kinds = dict(
-        conn.execute(
-            f"SELECT CASE WHEN {_KIND_CONDITION['decision']} THEN 'decision' "
-            f"WHEN {_IN_ERROR_PAIR} THEN 'error' ELSE 'note' END AS k, COUNT(*) "
-            "FROM chunks c GROUP BY k"
-        ).fetchall()
-    )
+    decision_chunks, error_chunks = (len(_rowids(conn, sql)) for sql in _KIND_CHUNKS.values())
+    chunks = int(conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
     files = int(conn.execute("SELECT COUNT(*) FROM files").fetchone()[0])
     unclassified = files - sum(int(v) for v in kinds.values())
     tags = conn.execute(
@@ -224,5 +247,9 @@ def summary(conn: sqlite3.Connection, *, max_tags: int) -> dict[str, Any]:
         "notes": int(kinds.get("note", 0)) + unclassified,
         "tags": [{"tag": str(row[0]), "files": int(row[1])} for row in tags],
         "tags_total": int(conn.execute("SELECT COUNT(DISTINCT tag) FROM file_tags").fetchone()[0]),
-        "chunks_by_kind": {kind: int(chunk_kinds.get(kind, 0)) for kind in KINDS},
+        "chunks_by_kind": {
+            "decision": decision_chunks,
+            "error": error_chunks,
+            "note": chunks - decision_chunks - error_chunks,
+        },
     }
