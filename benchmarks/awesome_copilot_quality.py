@@ -19,8 +19,8 @@ Two systems, with the same ONNX embedder (MiniLM int8) and the same query-term r
   ``rifflux eval`` ranks them (``rank_documents``: chunks searched 3 per wanted file,
   deeper while fewer than 10 distinct files come back; ``--chunks-read 10`` instead scores
   the files of one ``top_k=10`` search, what an agent reads). Ranking-only options
-  (``--heading-weight``, ``--content-weight``, ``--path-weight``, ``--candidate-multiplier``,
-  ``--rrf-k``) reuse the same index.
+  (``--heading-weight``, ``--content-weight``, ``--path-weight``, ``--about-weight``,
+  ``--candidate-multiplier``, ``--rrf-k``) reuse the same index.
 - **naive**: built here. Paragraph chunks (split on blank lines, packed up to 1,200
   characters, no heading awareness), embedded as their bare text, a content-only FTS5
   ``porter unicode61`` table, exact cosine over all chunk vectors, and RRF (k=60) over the
@@ -285,7 +285,7 @@ class NaivePipeline:
 def chunker_fingerprint(settings: Settings) -> str:
     """Names a Rifflux index by everything that decides its chunks and embedding inputs."""
     digest = hashlib.sha256()
-    for module in ("chunker.py", "prepare.py"):
+    for module in ("chunker.py", "prepare.py", "frontmatter.py"):
         digest.update((REPO_ROOT / "rifflux" / "index" / module).read_bytes())
     digest.update(f"{settings.max_chunk_chars}/{settings.min_chunk_chars}".encode())
     return digest.hexdigest()[:12]
@@ -311,6 +311,7 @@ def rifflux_service(
         heading_weight=args.heading_weight,
         content_weight=args.content_weight,
         path_weight=args.path_weight,
+        about_weight=args.about_weight,
     )
     service = SearchService(settings, embedder=embedder, lexical=lexical)
     counts = service.counts()
@@ -390,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heading-weight", type=float, default=DEFAULT_OPTIONS.heading_weight)
     parser.add_argument("--content-weight", type=float, default=DEFAULT_OPTIONS.content_weight)
     parser.add_argument("--path-weight", type=float, default=DEFAULT_OPTIONS.path_weight)
+    parser.add_argument("--about-weight", type=float, default=DEFAULT_OPTIONS.about_weight)
     parser.add_argument("--candidate-multiplier", type=int, default=settings.candidate_multiplier)
     parser.add_argument("--rrf-k", type=int, default=settings.rrf_k)
     parser.add_argument(
@@ -417,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"rifflux options: max_chars {args.max_chars}, min_chars {args.min_chars}, "
         f"bm25 weights heading {args.heading_weight:g} content {args.content_weight:g} "
-        f"path {args.path_weight:g}, "
+        f"path {args.path_weight:g}, about {args.about_weight:g}, "
         f"candidate_multiplier {args.candidate_multiplier}, rrf_k {args.rrf_k}"
     )
 

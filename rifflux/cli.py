@@ -484,6 +484,16 @@ def _print_status(status: dict[str, Any]) -> None:
                 print(f"{'':>20}failed: {reason}")
     watcher = status["watcher"]
     print(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
+    print(f"{'knowledge':>16}: {_knowledge_line(status['knowledge'])}")
+
+
+def _knowledge_line(block: dict[str, Any]) -> str:
+    decisions = block["decisions"]
+    by_status = ", ".join(f"{n} {s}" for s, n in decisions["by_status"].items())
+    line = f"{decisions['total']} decisions" + (f" ({by_status})" if by_status else "")
+    line += f", {block['error_pairs']} error pairs, {block['notes']} notes"
+    tags = ", ".join(f"{t['tag']} {t['files']}" for t in block["tags"][:5])
+    return line + (f"; tags: {tags}" if tags else "")
 
 
 def _cache_line(cache: dict[str, Any]) -> str:

@@ -6,7 +6,12 @@ Shape (documented once, in docs/mcp.md, "index_status"):
 embeddings, embedding_coverage}], generation, db_path, embedding_model,
 embedding_backend, vector_cache: {state, generation, segments, rows, tombstones, ...},
 broker, live_workers: {count, workers: [...]}, queue_depths, recent_jobs: [{...,
-phase, phases}], watcher}``
+phase, phases}], watcher, knowledge}``
+
+``knowledge`` (issue 23) is the knowledge bases' sizes (rifflux.store.knowledge.summary:
+decisions by status, error pairs, notes, tags with counts, chunks by kind); MCP
+``context_stats`` (CODITECT's name) answers the index's counts, coverage and the same
+block, without the queue (:func:`context_stats`).
 
 ``embedding_coverage`` is embedded chunks ÷ chunks (1.0 for an index without chunks:
 nothing waits for a vector); it stays below 1.0 while a job's vector phase runs.
@@ -29,8 +34,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rifflux.search.service import SearchService
+from rifflux.store import knowledge
+from rifflux.store.connection import transaction
 from rifflux.store.reader import IndexReader
 from rifflux.watch.watcher import read_watcher_state
+
+MAX_TAGS = 50
+"""How many tags (the most used) the ``knowledge`` block lists; ``tags_total`` counts all."""
 
 
 def coverage(embedded: int, chunks: int) -> float:
@@ -67,4 +77,26 @@ def index_status(
         "queue_depths": queue["queue_depths"],
         "recent_jobs": queue["recent_jobs"],
         "watcher": watcher,
+        "knowledge": knowledge.summary(conn, max_tags=MAX_TAGS),
+    }
+
+
+def context_stats(search: SearchService) -> dict[str, Any]:
+    """``{files, chunks, embeddings, embedding_coverage, embedding_model, generation,
+    db_path, knowledge}``: the index's counts, its embedding coverage and the size of each
+    knowledge base, read in one snapshot."""
+    conn = search.connection()
+    reader = IndexReader(conn)
+    with transaction(conn, write=False):
+        counts = reader.row_counts()
+        generation = reader.generation()
+        model = search.stored_model(conn)
+        summary = knowledge.summary(conn, max_tags=MAX_TAGS)
+    return {
+        **counts,
+        "embedding_coverage": coverage(counts["embeddings"], counts["chunks"]),
+        "embedding_model": model,
+        "generation": generation,
+        "db_path": str(search.db_path),
+        "knowledge": summary,
     }

@@ -7,7 +7,9 @@ scan is unsure), and every chunk is a slice of the source text (newlines normali
 order they apply:
 
 - a section starts at every top-level heading (ATX or setext) and carries the breadcrumb of the
-  headings above it; YAML (``---``) or TOML (``+++``) front matter is kept as text, never parsed;
+  headings above it; YAML (``---``) or TOML (``+++``) front matter reaching the chunker is kept
+  as text, never parsed (``rifflux.index.prepare`` strips a well-formed block before, through
+  ``rifflux.index.frontmatter``, and passes its ``title``);
 - a section's blocks are packed greedily up to ``max_chars``; a block that does not fit is split
   along its own structure (list items, blockquote children, table rows with the header
   repeated), then on sentence boundaries, then on whitespace;
@@ -144,21 +146,30 @@ class _Lines:
         return _strip_span(self.src, self.starts[lo], self.starts[hi])
 
 
-def chunk_document(text: str, rel_path: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
-    """Chunk a file's text, as markdown or plain text according to its suffix."""
+def chunk_document(
+    text: str, rel_path: str, *, max_chars: int, min_chars: int, title: str = ""
+) -> list[Chunk]:
+    """Chunk a file's text, as markdown or plain text according to its suffix.
+
+    ``title``: a markdown document's title from front matter already stripped from
+    ``text`` (rifflux.index.frontmatter); it names the document as a front matter title
+    does (below)."""
     suffix = PurePosixPath(normalize_rel_path(rel_path)).suffix.lower()
-    chunker = chunk_markdown if suffix in MARKDOWN_SUFFIXES else chunk_plain_text
-    return chunker(text, max_chars=max_chars, min_chars=min_chars)
+    if suffix in MARKDOWN_SUFFIXES:
+        return chunk_markdown(text, max_chars=max_chars, min_chars=min_chars, title=title)
+    return chunk_plain_text(text, max_chars=max_chars, min_chars=min_chars)
 
 
-def chunk_markdown(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
-    """Split markdown into heading-aware chunks of source text (see the module docstring)."""
+def chunk_markdown(text: str, *, max_chars: int, min_chars: int, title: str = "") -> list[Chunk]:
+    """Split markdown into heading-aware chunks of source text (see the module docstring).
+
+    ``title`` names the document when it has no H1 and no front matter of its own."""
     _check_limits(max_chars, min_chars)
     src = _normalize_source(text)
     if not src.strip():
         return []
     lines = _Lines(src)
-    body_line, title = 0, ""
+    body_line = 0
     front = _FRONT_MATTER.match(src)
     if front:
         newlines = front.group(0).count("\n")

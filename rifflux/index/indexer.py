@@ -22,7 +22,13 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.index.changes import FileWork, batch_by_bytes
-from rifflux.index.pipeline import doomed_paths, refresh_unchanged, survey, texts_to_embed
+from rifflux.index.pipeline import (
+    doomed_paths,
+    front_matter_skips,
+    refresh_unchanged,
+    survey,
+    texts_to_embed,
+)
 from rifflux.index.prepare import chunk_file, embed_texts
 from rifflux.index.scan import SkippedFile
 from rifflux.store.connection import open_index
@@ -162,6 +168,7 @@ class Indexer:
         ]
         with writer.transaction():
             stats = writer.write_rows(files, label)
+        report.skipped += [SkippedFile(s["path"], s["reason"]) for s in front_matter_skips(files)]
         report.files_indexed += stats.files_written
         report.chunks_written += stats.chunks_written
         report.vectors_reused += stats.vectors_reused

@@ -65,6 +65,7 @@ from rifflux.index.changes import (
     sort_decisions,
 )
 from rifflux.index.denied import refused_secret
+from rifflux.index.kinds import KNOWLEDGE_VERSION
 from rifflux.index.messages import (
     BatchFailure,
     ChunkRequest,
@@ -76,8 +77,10 @@ from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
 from rifflux.store import jobs
 from rifflux.store.connection import open_index, transaction
+from rifflux.store.knowledge import stale_paths
 from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader
+from rifflux.store.rows import PreparedFile
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
@@ -191,13 +194,18 @@ def scan_for(conn: sqlite3.Connection, settings: Settings, roots: Sequence[Path]
 def decide_all(
     conn: sqlite3.Connection, scan: ScanResult, settings: Settings, *, force: bool
 ) -> Iterator[Decision]:
-    """Decisions for every scanned file, lazily (a changed file's text is read here)."""
+    """Decisions for every scanned file, lazily (a changed file's text is read here).
+
+    A file stored without knowledge rows of the current rules (``KNOWLEDGE_VERSION``: an
+    index written before them, or by older rules) is re-chunked as if forced, once.
+    """
     states = load_states(IndexReader(conn).file_states())
+    stale = stale_paths(conn, KNOWLEDGE_VERSION)
     for scanned in scan.files:
         yield decide(
             scanned,
             states.get(scanned.rel_path),
-            force=force,
+            force=force or scanned.rel_path in stale,
             max_file_bytes=settings.max_file_bytes,
         )
 
@@ -465,6 +473,16 @@ class RowsOutcome:
     ready: bool
 
 
+def front_matter_skips(files: Sequence[PreparedFile]) -> list[dict[str, str]]:
+    """``{path, reason}`` of the files whose front matter was malformed: indexed with the
+    block as text, and listed among the job's skipped reasons (never a failed job)."""
+    return [
+        {"path": f.rel_path, "reason": f"{f.front_matter_problem}; indexed as text"}
+        for f in files
+        if f.front_matter_problem
+    ]
+
+
 def with_retries(request: R, retries: int) -> R:
     return dataclasses.replace(request, retries=retries)
 
@@ -529,6 +547,7 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
             jobs.add_errors(
                 conn, job_id, [{"path": p, "error": "vanished before indexing"} for p in vanished]
             )
+            jobs.add_skipped(conn, job_id, front_matter_skips(files), keep=MAX_SKIPPED_KEPT)
             ready = done and _ready(conn, job_id)
         log.info(
             "job.batch_chunked",

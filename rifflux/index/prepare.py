@@ -3,6 +3,11 @@
 A chunk's embedded text (its breadcrumb and content) is identified by its sha256: the
 writer reuses a stored vector of the same hash, so editing one section of a long file
 embeds only that section's chunks.
+
+A markdown file's front matter is split off first (rifflux.index.frontmatter): the chunker
+sees only the body, so no field of the block reaches a chunk's content or embedding; its
+``title`` still names the document in breadcrumbs, as before. The fields and the file's
+kind (rifflux.index.kinds) travel with the chunks as the file's ``knowledge`` row.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import numpy as np
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
 from rifflux.index.chunker import chunk_document, chunk_id_for
+from rifflux.index.frontmatter import split_front_matter
+from rifflux.index.kinds import classify
 from rifflux.store.rows import PreparedChunk, PreparedFile, headings_json
 
 
@@ -34,6 +41,11 @@ def text_sha256(text: str) -> str:
 
 
 def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFile:
+    """The file's chunks, without its front matter, and its knowledge row."""
+    front = split_front_matter(work.text, work.rel_path)
+    parts = chunk_document(
+        front.body, work.rel_path, max_chars=max_chars, min_chars=min_chars, title=front.title
+    )
     chunks = [
         PreparedChunk(
             chunk_id_for(work.rel_path, chunk.chunk_index),
@@ -43,11 +55,17 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
             text_sha256(embedding_input(chunk.heading_path, chunk.content)),
             headings_json(chunk.headings),
         )
-        for chunk in chunk_document(
-            work.text, work.rel_path, max_chars=max_chars, min_chars=min_chars
-        )
+        for chunk in parts
     ]
-    return PreparedFile(work.rel_path, work.mtime_ns, work.size_bytes, work.sha256, chunks)
+    return PreparedFile(
+        work.rel_path,
+        work.mtime_ns,
+        work.size_bytes,
+        work.sha256,
+        chunks,
+        knowledge=classify(work.rel_path, front, [chunk.content for chunk in parts]),
+        front_matter_problem=front.problem,
+    )
 
 
 def embed_texts(embedder: Embedder, texts: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:

@@ -49,7 +49,7 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
-from rifflux.mcp import tools
+from rifflux.mcp import knowledge_tools, tools
 from rifflux.mcp.http import check_bind, serve_http
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
@@ -73,8 +73,9 @@ MAX_INPUT_REPR = 80
 
 INSTRUCTIONS = (
     "Rifflux searches a local index of markdown and text files. Use search_rifflux to "
-    "find chunks, get_chunk/get_file to read them in full, index_status to see what is "
-    "indexed, and reindex after files change."
+    "find chunks, get_chunk/get_file/multi_get to read them in full, search_decisions "
+    "and search_errors for decision records and error fixes, index_status/context_stats "
+    "to see what is indexed, and reindex after files change."
 )
 
 Transport = Literal["stdio", "http"]
@@ -283,6 +284,8 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         files inside the server's allowed roots are served; the file is not read."""
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(tools.get_file, ctx, path, roots, heading, max_tokens)
+
+    knowledge_tools.register(server, ctx, _in_thread, client_roots)
 
 
 def _one_line(text: str) -> str:

@@ -20,6 +20,9 @@ Invariants:
 * :func:`admitted_rows` returns ``None`` when the request has no filter, or when its file
   filters admit every file and it has no ``content_contains``: the unfiltered search
   path runs, at its cost.
+* ``kinds``, ``tags`` and ``status`` (issue 23) are read from the knowledge tables
+  (rifflux.store.knowledge: a chunk's kind, a file's tags and status) and intersected
+  with the other filters' rows.
 
 Cost, measured on SciFact (5,183 files, 9,109 chunks; BENCHMARKS.md, issue 12): a glob
 admitting a ninth of the files adds ~15 ms to a hybrid search, ``content_contains``
@@ -36,6 +39,7 @@ import numpy as np
 
 from rifflux.search.globs import GlobMatcher, compile_glob
 from rifflux.search.request import SearchRequest
+from rifflux.store import knowledge
 from rifflux.store.reader import IndexReader
 
 NS_PER_SECOND = 1_000_000_000
@@ -103,6 +107,24 @@ def admitted_rows(
     """Sorted rowids of the chunks the request's filters admit; None without filters.
 
     ``check`` (the search's deadline) is called between files and globs."""
+    rows = _path_and_content_rows(conn, request, check)
+    if request.kinds is None and request.tags is None and request.status is None:
+        return rows
+    if rows is not None and rows.shape[0] == 0:
+        return rows
+    check()
+    found = knowledge.chunk_rowids(
+        conn, kinds=request.kinds, tags=request.tags, status=request.status
+    )
+    if found is None or rows is None:
+        return rows if found is None else found
+    return np.intersect1d(rows, found, assume_unique=True)
+
+
+def _path_and_content_rows(
+    conn: sqlite3.Connection, request: SearchRequest, check: Callable[[], None]
+) -> np.ndarray | None:
+    """Rowids the path, time, type and content filters admit; None without them."""
     found = chunk_filter(request)
     if found is None:
         return None

@@ -30,6 +30,13 @@ query whose terms match no path (one probe of ``files_fts``), or an index writte
 the table existed, runs exactly the SQL of before. The table is the writer's, kept by
 triggers: a search builds nothing.
 
+Front matter (rifflux.index.frontmatter) is kept out of chunks; what it says a document
+is about (title, name, description, summary) is a field of the file's first chunk, where
+the block was, in ``chunks_about`` (rifflux.store.knowledge): ``ABOUT_WEIGHT`` × its
+bm25() is added to that chunk's bm25(), and a first chunk may match by it alone. A query
+whose terms are in no about text (one probe), a CJK query's side table, or an index
+without the table run the SQL of before.
+
 What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
 words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
 core's; nothing here is meant to be patched at run time.
@@ -37,6 +44,7 @@ core's; nothing here is meant to be patched at run time.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
@@ -54,7 +62,9 @@ from rifflux.store.cjk import (
     rows_with_cjk,
     run_bigrams,
 )
+from rifflux.store.knowledge import has_knowledge
 from rifflux.store.paths import CHUNK_FILE_INDEX, PATH_TABLE, has_path_table
+from rifflux.store.schema import ABOUT_TABLE
 
 # Tokens are runs of letters/digits, as FTS5's unicode61 tokenizer sees them; quotes,
 # operators (AND, NEAR, *, -, :) and parentheses in user text can never reach MATCH.
@@ -73,6 +83,9 @@ CONTENT_WEIGHT = 1.0
 # naive pipeline 0.943); held out 0.950 → 0.951 (naive 0.949), lexical 0.922 → 0.927; SciFact
 # train unchanged (BENCHMARKS.md, issue 12).
 PATH_WEIGHT = 0.25
+# The front matter's about text (title, name, description, summary; rifflux.store.knowledge),
+# added like the path: its bm25() times this weight to each matching chunk of the file.
+ABOUT_WEIGHT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,7 @@ class LexicalOptions:
     content_weight: float = CONTENT_WEIGHT
     stop_words: frozenset[str] = STOP_WORDS
     path_weight: float = PATH_WEIGHT
+    about_weight: float = ABOUT_WEIGHT
 
 
 DEFAULT_OPTIONS = LexicalOptions()
@@ -221,6 +235,62 @@ _TOP_WITH_PATH_SQL = (
     "ORDER BY top.score, f.path, c.chunk_index"
 )
 
+# With the about field (rifflux.store.knowledge's ``chunks_about``: front matter's title,
+# name, description and summary as a field of the file's first chunk). A chunk's score is
+# its own bm25() (0 when its text does not match) + ``{aw}`` × its about bm25() (+ the
+# path's weighted bm25()): ``t1`` ranks the text matches with their about (and path)
+# bonus, ``a`` holds every about match (few: one row per file at most) with its bonus
+# alone, and the union keeps each chunk's lowest. Exact: a first chunk whose text matches
+# but falls outside ``t1`` scores worse than ``t1``'s last row with the bonus, so worse
+# still without it. Only ``a`` is new work; the text matches are ranked as before.
+# Binds [the path MATCH,] the about MATCH and ``where`` values, the chunk MATCH and
+# ``where`` values, then the limit twice.
+_ABOUT_CTES = (
+    "a0 AS (SELECT rowid AS id, {aw} * bm25("
+    + ABOUT_TABLE
+    + ") AS score FROM "
+    + ABOUT_TABLE
+    + " WHERE "
+    + ABOUT_TABLE
+    + " MATCH ?{where}), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} WHERE {t} MATCH ?{where}), "
+)
+_ABOUT_TOP = (
+    "top AS (SELECT id, MIN(score) AS score FROM (SELECT id, score FROM t1 "
+    "UNION ALL SELECT id, score FROM a) GROUP BY id ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
+)
+_TOP_ABOUT_SQL = (
+    "WITH " + _ABOUT_CTES + "a AS (SELECT id, score FROM a0), "
+    "t1 AS (SELECT m.id AS id, m.score + coalesce(a.score, 0.0) AS score FROM m "
+    "LEFT JOIN a ON a.id = m.id ORDER BY score LIMIT ?), " + _ABOUT_TOP
+)
+_TOP_ABOUT_WITH_PATH_SQL = (
+    "WITH p AS (SELECT rowid AS file_id, {w} * bm25(" + PATH_TABLE + ") AS score "
+    "FROM "
+    + PATH_TABLE
+    + " WHERE "
+    + PATH_TABLE
+    + " MATCH ?), "
+    + _ABOUT_CTES
+    + "a AS (SELECT a0.id AS id, a0.score + coalesce(p.score, 0.0) AS score FROM a0 "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = a0.id "
+    "LEFT JOIN p ON p.file_id = k.file_id), "
+    "t1 AS (SELECT m.id AS id, m.score + coalesce(p.score, 0.0) + coalesce(a0.score, 0.0) "
+    "AS score FROM m JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id LEFT JOIN a0 ON a0.id = m.id "
+    "ORDER BY score LIMIT ?), " + _ABOUT_TOP
+)
+_ANY_ABOUT_SQL = f"SELECT 1 FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ? LIMIT 1"
+
+
+def _any_about_matches(conn: sqlite3.Connection, match: str) -> bool:
+    """Whether the about field applies: the index has the table and some file's about
+    text holds a term of the MATCH."""
+    return has_knowledge(conn) and conn.execute(_ANY_ABOUT_SQL, (match,)).fetchone() is not None
+
 
 # Whether some indexed path holds a term of the MATCH: when none does (SciFact's
 # ``docs/<id>.md``, most queries anywhere) the search skips the path join.
@@ -269,15 +339,25 @@ def lexical_search(
             return []
         where, params = _ADMITTED, (json.dumps(admitted.tolist()),)
     path = match if options.path_weight > 0 and _any_path_matches(conn, match) else ""
+    about = options.about_weight > 0 and _any_about_matches(conn, match)
     phrases = query_phrases(text)
     if not phrases:
-        return _routed(conn, text, match, limit, options, where, params, path)
+        return _routed(conn, text, match, limit, options, where, params, path, about)
     both = phrases_match(phrases)
-    first = _routed(conn, text, match, limit, options, where + _IN_TIER0, (*params, both), path)
+    tier0 = (where + _IN_TIER0, (*params, both))
+    first = _routed(conn, text, match, limit, options, *tier0, path, about)
     if len(first) >= limit:
         return first
     rest = _routed(
-        conn, text, match, limit - len(first), options, where + _NOT_TIER0, (*params, both), path
+        conn,
+        text,
+        match,
+        limit - len(first),
+        options,
+        where + _NOT_TIER0,
+        (*params, both),
+        path,
+        about,
     )
     return first + rest
 
@@ -291,31 +371,19 @@ def _routed(
     where: str,
     params: tuple[object, ...],
     path: str,
+    about: bool = False,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows under the extra conditions ``where``: from chunks_fts, or
     for a CJK query from both tables merged by bm25(). ``path``: the MATCH of the path
-    bonus ("" for none)."""
+    bonus ("" for none); ``about``: add the about bonus too."""
+    ranked = functools.partial(
+        _ranked, conn, options=options, where=where, params=params, path=path, about=about
+    )
     if not (has_cjk(text) and has_cjk_table(conn)):
-        return _ranked(
-            conn, "chunks_fts", match, limit, options, where=where, params=params, path=path
-        )
+        return ranked("chunks_fts", match, limit)
     cjk_match = build_cjk_match_query(text, options.stop_words)
-    side = (
-        _ranked(conn, CJK_TABLE, cjk_match, limit, options, where=where, params=params, path=path)
-        if cjk_match
-        else []
-    )
-    rest = _ranked(
-        conn,
-        "chunks_fts",
-        match,
-        limit,
-        options,
-        skip=rows_with_cjk,
-        where=where,
-        params=params,
-        path=path,
-    )
+    side = ranked(CJK_TABLE, cjk_match, limit) if cjk_match else []
+    rest = ranked("chunks_fts", match, limit, skip=rows_with_cjk)
     return sorted(side + rest, key=lambda h: (h.bm25, h.key))[:limit]
 
 
@@ -324,30 +392,44 @@ def _ranked(
     table: str,
     match: str,
     limit: int,
-    options: LexicalOptions,
     *,
+    options: LexicalOptions,
     skip: Callable[[sqlite3.Connection, Sequence[int]], set[int]] | None = None,
     where: str = "",
     params: tuple[object, ...] = (),
     path: str = "",
+    about: bool = False,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``where``
     adds conditions whose values are ``params``. With a ``path`` MATCH (given only when
     ``options.path_weight`` > 0) the weighted bm25() of the file's path is added to each
-    row's."""
+    row's; with ``about`` (``chunks_fts`` only), the weighted bm25() of the about text of
+    a file's first chunk is added to that chunk's, which it may match by alone."""
     weights = {"h": float(options.heading_weight), "c": float(options.content_weight)}
-    if path:
+    limits = 1  # LIMIT placeholders at the end of the SQL
+    if about and table == "chunks_fts":
+        template = _TOP_ABOUT_WITH_PATH_SQL if path else _TOP_ABOUT_SQL
+        sql = template.format(
+            t=table,
+            w=float(options.path_weight),
+            aw=float(options.about_weight),
+            where=where,
+            **weights,
+        )
+        bound: tuple[object, ...] = (*((path,) if path else ()), match, *params, match, *params)
+        limits = 2
+    elif path:
         sql = _TOP_WITH_PATH_SQL.format(
             t=table, w=float(options.path_weight), where=where, **weights
         )
-        bound: tuple[object, ...] = (path, match, *params)
+        bound = (path, match, *params)
     else:
         sql = _TOP_SQL.format(t=table, where=where, **weights)
         bound = (match, *params)
     fetch = limit + TIE_MARGIN
     while True:
-        rows = conn.execute(sql, (*bound, fetch)).fetchall()
+        rows = conn.execute(sql, (*bound, *[fetch] * limits)).fetchall()
         hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
         if skip is not None and hits:
             skipped = skip(conn, [h.row_id for h in hits])

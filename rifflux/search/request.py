@@ -36,7 +36,9 @@ from datetime import UTC, date, datetime
 from typing import Any, Literal, cast
 
 from rifflux.errors import InvalidQueryError
+from rifflux.index.frontmatter import normalize_tag
 from rifflux.search.globs import check_glob
+from rifflux.store.rows import KINDS
 
 MODES: tuple[str, ...] = ("lexical", "semantic", "hybrid")
 Mode = Literal["lexical", "semantic", "hybrid"]
@@ -217,6 +219,43 @@ check_path_glob = _string_list("path_glob", "a POSIX glob such as docs/**/*.md",
 check_file_types = _string_list("file_types", "an extension such as md", _extension)
 
 
+def _kind(raw: str) -> str | None:
+    kind = raw.strip().lower()
+    return kind if kind in KINDS else None
+
+
+def check_kinds(value: object) -> tuple[str, ...] | None:
+    """A kind or a list of kinds (decision, error, note); an unknown one is refused."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if isinstance(items, list | tuple) and 1 <= len(items) <= MAX_LIST_ITEMS:
+        kinds = [_kind(item) if isinstance(item, str) else None for item in items]
+        if all(kinds):
+            return tuple(dict.fromkeys(cast(list[str], kinds)))
+    raise InvalidQueryError(
+        f"kinds must be one of {', '.join(KINDS)}, or a list of them (got {_shown(value)})"
+    )
+
+
+def _tag(raw: str) -> str | None:
+    return normalize_tag(raw) or None
+
+
+check_tags = _string_list("tags", "a tag such as database", _tag)
+
+
+def check_status(value: object) -> str | None:
+    """A status to match exactly, case-insensitively (``accepted``, or front matter's own)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_PATTERN_CHARS:
+        raise InvalidQueryError(
+            f"status must be a non-empty string such as accepted (got {_shown(value)})"
+        )
+    return " ".join(value.split()).lower()
+
+
 def check_content_contains(value: object) -> str | None:
     if value is None:
         return None
@@ -331,6 +370,8 @@ class FieldSpec:
     multiple: bool = False
     # The CLI help's "(default: ...)" text; None: the field's default.
     default_text: str | None = None
+    # The CLI flag; None: ``--`` and the field's name with dashes (``top_k`` → ``--top-k``).
+    flag: str | None = None
 
 
 def _spec(**kwargs: Any) -> dict[str, FieldSpec]:
@@ -520,6 +561,55 @@ class SearchRequest:
         ),
     )
 
+    kinds: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only chunks of these kinds: decision (architecture decision "
+            "records), error (error-solution sections of troubleshooting pages), note "
+            "(everything else).",
+            json_schema={
+                "anyOf": [
+                    {"type": "string", "enum": list(KINDS)},
+                    {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
+                ]
+            },
+            check=check_kinds,
+            metavar="{" + ",".join(KINDS) + "}",
+            multiple=True,
+            default_text="every kind",
+            flag="--kind",
+        ),
+    )
+    tags: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only files whose front matter tags include every one of these "
+            "(case-insensitive).",
+            json_schema={
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
+                ]
+            },
+            check=check_tags,
+            metavar="TAG",
+            multiple=True,
+            default_text="any tags",
+            flag="--tag",
+        ),
+    )
+    status: str | None = field(
+        default=None,
+        metadata=_spec(
+            description="Only files with this status (case-insensitive): a decision's "
+            "(proposed, accepted, rejected, deprecated, superseded) or front matter's status.",
+            json_schema={"type": "string"},
+            check=check_status,
+            metavar="STATUS",
+            default_text="any status",
+        ),
+    )
+
     max_tokens: int | None = field(
         default=None,
         metadata=_spec(
@@ -592,7 +682,7 @@ def add_request_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str
             continue
         shown = spec.default_text if spec.default_text is not None else default
         parser.add_argument(
-            f"--{name.replace('_', '-')}",
+            spec.flag or f"--{name.replace('_', '-')}",
             dest=name,
             type=spec.from_text,
             default=default,

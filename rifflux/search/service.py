@@ -304,8 +304,23 @@ class SearchService:
         """A new search's deadline: ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` from now."""
         return Deadline(self.settings.search_timeout_seconds)
 
+    @_reports_damage
+    def search_within(
+        self, request: SearchRequest, restrict: np.ndarray | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted;
+        None: every chunk) only, as if a filter admitted them: how the knowledge tools
+        rank one kind."""
+        deadline = self.deadline()
+        with deadline.guarding(self.connection()):
+            return self._search(request, request.top_k, deadline, restrict)
+
     def _search(
-        self, request: SearchRequest, top_k: int, deadline: Deadline
+        self,
+        request: SearchRequest,
+        top_k: int,
+        deadline: Deadline,
+        restrict: np.ndarray | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """(results, warning): the warning is set when lexical results stand in.
 
@@ -315,6 +330,8 @@ class SearchService:
             return [], None
         conn = self.connection()
         admitted = admitted_rows(conn, request, deadline.check)
+        if restrict is not None:
+            admitted = restrict if admitted is None else np.intersect1d(admitted, restrict)
         if admitted is not None and admitted.shape[0] == 0:
             return [], None
         depth = self._candidate_depth(request, top_k)

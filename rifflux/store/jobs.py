@@ -240,6 +240,21 @@ def add_errors(conn: sqlite3.Connection, job_id: str, errors: Sequence[dict[str,
     update_job(conn, job_id, errors=kept[:MAX_ERRORS_KEPT])
 
 
+def add_skipped(
+    conn: sqlite3.Connection, job_id: str, entries: Sequence[dict[str, str]], *, keep: int
+) -> None:
+    """Append ``{"path", "reason"}`` entries to the job's skipped list, keeping at most
+    ``keep`` (call inside a write transaction)."""
+    if not entries:
+        return
+    row = conn.execute("SELECT skipped FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        return
+    kept = json.loads(row["skipped"])
+    kept.extend(entries)
+    update_job(conn, job_id, skipped=kept[:keep])
+
+
 # A batch's states: ``pending`` (planned) → ``chunked`` (its rows are written and
 # keyword-searchable; some texts still wait for vectors) → ``written`` (every vector in)
 # or ``failed``. A batch whose texts all had vectors goes from pending to written.

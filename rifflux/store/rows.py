@@ -1,6 +1,6 @@
-"""The rows a chunk step lands: a file with its chunks.
+"""The rows a chunk step lands: a file with its chunks and its knowledge metadata.
 
-Built by ``rifflux.index.prepare`` (chunking) and written by
+Built by ``rifflux.index.prepare`` (chunking, front matter, kind detection) and written by
 :class:`~rifflux.store.writer.IndexWriter` (on the index host); plain data, so the store
 layer needs nothing from the layers above it.
 
@@ -18,6 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+KINDS: tuple[str, ...] = ("decision", "error", "note")
+"""Document kinds (rifflux.index.kinds): a chunk is a decision when its file is one, an
+error when it lies in an error section, a note otherwise."""
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedChunk:
@@ -30,12 +34,49 @@ class PreparedChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class ErrorPair:
+    """One error section: its signature, its solution text and the chunks it spans."""
+
+    heading_path: str
+    signature: str
+    solution: str
+    first_chunk: int
+    last_chunk: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileKnowledge:
+    """A file's front matter fields and detected kind (rifflux.store.knowledge's rows).
+
+    ``version`` is the detection rules' version that produced it: a file stored with an
+    older one is re-chunked by the next job even when unchanged.
+    """
+
+    version: int
+    kind: str
+    title: str = ""
+    # Front matter's title, name, description and summary: searched as a file field.
+    about: str = ""
+    tags: tuple[str, ...] = ()
+    doc_type: str = ""
+    status: str = ""
+    date: str = ""
+    decision_type: str = ""
+    decision: str = ""
+    extra: str = "{}"
+    errors: tuple[ErrorPair, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedFile:
     rel_path: str
     mtime_ns: int
     size_bytes: int
     sha256: str
     chunks: list[PreparedChunk]
+    knowledge: FileKnowledge | None = None
+    # Why the file's front matter was kept as text (malformed), for the job's skip list.
+    front_matter_problem: str | None = None
 
 
 def headings_json(headings: Sequence[tuple[int, str]]) -> str:

@@ -16,8 +16,10 @@ never per chunk.
 Tables added within a schema version are listed in ``ADDED_TABLES``: a writer opening an
 older index creates them (their statements are ``IF NOT EXISTS``, and include the
 triggers and indexes that serve them) and fills them (``chunks_cjk``:
-rifflux.store.cjk.backfill; ``files_fts``: rifflux.store.paths.backfill); a reader
-of an older index works without them.
+rifflux.store.cjk.backfill; ``files_fts``: rifflux.store.paths.backfill;
+``file_knowledge`` with ``file_tags`` and ``error_pairs``: by the next job, which
+re-chunks every file without a row, rifflux.store.knowledge); a reader of an older
+index works without them.
 """
 
 from __future__ import annotations
@@ -191,11 +193,68 @@ END;
 CREATE INDEX IF NOT EXISTS chunks_file_of ON chunks(id, file_id);
 """
 
+# Each file's front matter fields and kind, its tags and its error-solution sections
+# (rifflux.store.knowledge). No backfill: a file without a row is re-chunked by the next
+# job (``stale_paths``), which writes it. ``chunks_about`` is the front matter's title,
+# name, description and summary as a lexical field of the file's first chunk, where the
+# block used to be (rifflux.search.lexical): an FTS5 table whose rowid is that chunk's,
+# written by IndexWriter with the chunk, deleted with it by the trigger (as chunks_cjk).
+KNOWLEDGE_TABLE = "file_knowledge"
+ABOUT_TABLE = "chunks_about"
+KNOWLEDGE_SQL = f"""
+CREATE TABLE IF NOT EXISTS file_knowledge (
+    file_id       INTEGER PRIMARY KEY REFERENCES files(id) ON DELETE CASCADE,
+    version       INTEGER NOT NULL,
+    kind          TEXT NOT NULL,
+    title         TEXT NOT NULL DEFAULT '',
+    about         TEXT NOT NULL DEFAULT '',
+    doc_type      TEXT NOT NULL DEFAULT '',
+    status        TEXT NOT NULL DEFAULT '',
+    date          TEXT NOT NULL DEFAULT '',
+    decision_type TEXT NOT NULL DEFAULT '',
+    decision      TEXT NOT NULL DEFAULT '',
+    extra         TEXT NOT NULL DEFAULT '{{}}'
+);
+CREATE INDEX IF NOT EXISTS file_knowledge_kind ON file_knowledge(kind, status);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_about USING fts5(
+    about,
+    tokenize='{FTS_TOKENIZER}'
+);
+
+CREATE TRIGGER IF NOT EXISTS chunks_about_delete AFTER DELETE ON chunks BEGIN
+    DELETE FROM chunks_about WHERE rowid = old.id;
+END;
+
+CREATE TABLE IF NOT EXISTS file_tags (
+    tag     TEXT NOT NULL,
+    file_id INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+    PRIMARY KEY (tag, file_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS file_tags_file ON file_tags(file_id);
+
+CREATE TABLE IF NOT EXISTS error_pairs (
+    id           INTEGER PRIMARY KEY,
+    file_id      INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+    heading_path TEXT NOT NULL,
+    signature    TEXT NOT NULL,
+    solution     TEXT NOT NULL,
+    first_chunk  INTEGER NOT NULL,
+    last_chunk   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS error_pairs_file ON error_pairs(file_id, first_chunk);
+"""
+
 SCHEMA_SQL = SCHEMA_SQL.replace("{CJK_SQL}", CJK_SQL).replace("{PATHS_SQL}", PATHS_SQL)
+SCHEMA_SQL += KNOWLEDGE_SQL
 
 # Tables added since schema version 1 was first released: created, with their triggers
 # and indexes, when a writer opens an index that lacks them (see module docstring).
-ADDED_TABLES: dict[str, str] = {"chunks_cjk": CJK_SQL, "files_fts": PATHS_SQL}
+ADDED_TABLES: dict[str, str] = {
+    "chunks_cjk": CJK_SQL,
+    "files_fts": PATHS_SQL,
+    KNOWLEDGE_TABLE: KNOWLEDGE_SQL,
+}
 
 # table -> (column, declaration) added since the table was first created, in order.
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rifflux.store import cjk
+from rifflux.store import cjk, knowledge
 from rifflux.store.connection import transaction
 from rifflux.store.reader import INDEXED_ROOTS_KEY, IndexReader
 from rifflux.store.rows import PreparedFile
@@ -70,7 +70,8 @@ class IndexWriter(IndexReader):
             return value
 
     def write_rows(self, files: Sequence[PreparedFile], model: str) -> RowsStats:
-        """Replace the chunks (and so the FTS rows) of every file in ``files``.
+        """Replace the chunks (and so the FTS rows) of every file in ``files``, and its
+        knowledge rows (front matter fields, kind, tags, error pairs).
 
         The lexical phase: call inside a transaction. A chunk whose embedded text already
         has a ``model`` vector anywhere in the index gets a copy of it here; every other
@@ -108,6 +109,8 @@ class IndexWriter(IndexReader):
                     for c in prepared.chunks
                 ],
             )
+            if prepared.knowledge is not None:
+                knowledge.write_file(conn, file_id, prepared.knowledge)
             # Most files have no CJK text: one regex scan per chunk, and no read back.
             if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in prepared.chunks):
                 cjk.write_side_rows(conn, file_id)

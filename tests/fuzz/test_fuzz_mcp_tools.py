@@ -25,7 +25,18 @@ from mcp_support import build_tree
 from rifflux.mcp.server import build_server
 from rifflux.mcp.tools import ToolContext
 
-TOOLS = ["search_rifflux", "reindex", "index_status", "get_chunk", "get_file", "no_such_tool"]
+TOOLS = [
+    "search_rifflux",
+    "reindex",
+    "index_status",
+    "get_chunk",
+    "get_file",
+    "search_decisions",
+    "search_errors",
+    "context_stats",
+    "multi_get",
+    "no_such_tool",
+]
 FIELDS = [
     "query",
     "top_k",
@@ -37,6 +48,12 @@ FIELDS = [
     "prune_missing",
     "background",
     "chunk_id",
+    "limit",
+    "status",
+    "decision_type",
+    "kinds",
+    "tags",
+    "max_tokens",
     "extra",
 ]
 SCALARS = st.one_of(
@@ -56,6 +73,10 @@ SCALARS = st.one_of(
             "/etc/passwd",
             "docs",
             "docs/install.md",
+            "docs/*.md",
+            "**",
+            "[",
+            "decision",
             "\x00",
             "a" * 300,
             "lexical",

@@ -22,7 +22,17 @@ from mcp_types import CallToolResult
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {"search_rifflux", "reindex", "index_status", "get_chunk", "get_file"}
+TOOLS = {
+    "search_rifflux",
+    "reindex",
+    "index_status",
+    "get_chunk",
+    "get_file",
+    "search_decisions",
+    "search_errors",
+    "context_stats",
+    "multi_get",
+}
 RESULT_KEYS = {"chunk_id", "path", "heading_path", "chunk_index", "content", "score_breakdown"}
 BREAKDOWN_KEYS = {
     "lexical": {"bm25"},
@@ -69,7 +79,7 @@ async def error(session: ClientSession, tool: str, **arguments: Any) -> str:
     return text
 
 
-async def test_lists_exactly_the_five_tools_with_a_strict_search_schema(
+async def test_lists_exactly_the_nine_tools_with_a_strict_search_schema(
     session: ClientSession,
 ) -> None:
     listed = (await session.list_tools()).tools

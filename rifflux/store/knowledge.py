@@ -1,0 +1,255 @@
+"""Knowledge rows: each file's front matter fields and kind, its tags and its error pairs.
+
+Tables (created by ``schema.py``, added to older indexes through ``ADDED_TABLES``):
+
+* ``file_knowledge``: one row per file written since the table exists (``file_id`` =
+  ``files.id``): the rules' ``version``, ``kind`` (decision, error, note), ``title``,
+  ``about`` (front matter title, name, description and summary),
+  ``doc_type`` (front matter ``type``), ``status``, ``date``, ``decision_type``, the
+  ``decision`` text of a decision record, and ``extra``, the other front matter keys as
+  JSON. Index ``file_knowledge_kind`` on (kind, status).
+* ``chunks_about``: the ``about`` text as an FTS5 row of the file's first chunk (rowid =
+  ``chunks.id``), a lexical field where the front matter block used to be
+  (rifflux.search.lexical); deleted with the chunk by a trigger.
+* ``file_tags``: (tag, file_id), tags normalised (lower case); ``file_tags_file`` indexes
+  it by file for the cascade.
+* ``error_pairs``: one row per error section: heading_path, signature, solution, and the
+  chunk indexes ``first_chunk``..``last_chunk`` it spans; ``error_pairs_file`` indexes it
+  by (file_id, first_chunk).
+
+Invariants:
+
+* The writer replaces a file's three kinds of rows in the transaction that replaces its
+  chunks (:func:`write_file`), so they always describe the chunks stored; deleting a file
+  deletes them (``ON DELETE CASCADE``).
+* A chunk's kind is derived, never stored: ``decision`` when its file's row says so, else
+  ``error`` when its index lies in one of its file's error pairs, else ``note``. A file
+  without a row (an index written before these tables, not yet re-chunked) is a note with
+  no tags and no status; :func:`stale_file_ids` lists such files (and files built by an
+  older rule version) so the next job re-chunks them.
+* A reader of an index without the tables (:func:`has_knowledge`) sees every chunk as a
+  note and no file with a tag or status.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rifflux.store.rows import KINDS, FileKnowledge
+from rifflux.store.schema import KNOWLEDGE_TABLE, has_schema_object
+
+
+def has_knowledge(conn: sqlite3.Connection) -> bool:
+    """Whether the index has the knowledge tables (created together)."""
+    return has_schema_object(conn, "table", KNOWLEDGE_TABLE)
+
+
+def write_file(conn: sqlite3.Connection, file_id: int, knowledge: FileKnowledge) -> None:
+    """Replace a file's knowledge rows (call inside the transaction writing its chunks,
+    after them: the about row belongs to its first chunk)."""
+    conn.execute("DELETE FROM file_tags WHERE file_id = ?", (file_id,))
+    conn.execute("DELETE FROM error_pairs WHERE file_id = ?", (file_id,))
+    conn.execute(
+        "INSERT OR REPLACE INTO file_knowledge(file_id, version, kind, title, about, doc_type, "
+        "status, date, decision_type, decision, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            file_id,
+            knowledge.version,
+            knowledge.kind,
+            knowledge.title,
+            knowledge.about,
+            knowledge.doc_type,
+            knowledge.status,
+            knowledge.date,
+            knowledge.decision_type,
+            knowledge.decision,
+            knowledge.extra,
+        ),
+    )
+    if knowledge.about:
+        # The first chunk's about field; its old row went with the old chunk (trigger).
+        conn.execute(
+            "INSERT INTO chunks_about(rowid, about) SELECT id, ? FROM chunks "
+            "WHERE file_id = ? AND chunk_index = 0",
+            (knowledge.about, file_id),
+        )
+    if knowledge.tags:
+        conn.executemany(
+            "INSERT OR IGNORE INTO file_tags(tag, file_id) VALUES (?, ?)",
+            [(tag, file_id) for tag in knowledge.tags],
+        )
+    if knowledge.errors:
+        conn.executemany(
+            "INSERT INTO error_pairs(file_id, heading_path, signature, solution, first_chunk, "
+            "last_chunk) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (file_id, e.heading_path, e.signature, e.solution, e.first_chunk, e.last_chunk)
+                for e in knowledge.errors
+            ],
+        )
+
+
+def stale_paths(conn: sqlite3.Connection, version: int) -> set[str]:
+    """Stored files whose knowledge row is missing or was built by another rule version:
+    the next job re-chunks them even when unchanged (one read of the two tables)."""
+    if not has_knowledge(conn):
+        return {str(row[0]) for row in conn.execute("SELECT path FROM files")}
+    rows = conn.execute(
+        "SELECT f.path FROM files f LEFT JOIN file_knowledge k ON k.file_id = f.id "
+        "WHERE k.version IS NOT ? ",
+        (version,),
+    )
+    return {str(row[0]) for row in rows}
+
+
+# The chunks of decision files, and the chunks inside an error pair of other files: the
+# two small kinds, read by joins from their own tables (a note is every other chunk).
+_DECISION_CHUNKS = (
+    "SELECT c.id FROM file_knowledge k JOIN chunks c ON c.file_id = k.file_id "
+    "WHERE k.kind = 'decision'"
+)
+# CROSS JOIN keeps SQLite's planner from scanning every chunk: the few pairs come first,
+# each seeks its chunk range in the (file_id, chunk_index) index.
+_ERROR_CHUNKS = (
+    "SELECT DISTINCT c.id FROM error_pairs p CROSS JOIN chunks c ON c.file_id = p.file_id "
+    "AND c.chunk_index BETWEEN p.first_chunk AND p.last_chunk "
+    "WHERE p.file_id NOT IN (SELECT file_id FROM file_knowledge WHERE kind = 'decision')"
+)
+_KIND_CHUNKS = {"decision": _DECISION_CHUNKS, "error": _ERROR_CHUNKS}
+
+
+def _rowids(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> np.ndarray:
+    rows = conn.execute(sql, params).fetchall()
+    return np.unique(np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)))
+
+
+def chunk_rowids(
+    conn: sqlite3.Connection,
+    *,
+    kinds: Sequence[str] | None = None,
+    tags: Sequence[str] | None = None,
+    status: str | None = None,
+    decision_type: str | None = None,
+) -> np.ndarray | None:
+    """Sorted rowids of the chunks admitted by every given condition: a kind among
+    ``kinds``, a file with every tag of ``tags``, with ``status``, with ``decision_type``
+    (values already normalised: lower case); None when the conditions admit every chunk.
+
+    Decision and error chunks are read by joins from their small tables and notes are
+    every other chunk (set difference), so ``kinds=note`` on 15k chunks costs one read of
+    the rowids rather than a correlated subquery per chunk (BENCHMARKS.md, issue 23).
+    """
+    wanted = set(kinds) if kinds is not None else set(KINDS)
+    if not has_knowledge(conn):
+        if tags or status or decision_type or "note" not in wanted:
+            return np.zeros(0, dtype=np.int64)
+        return None
+    found: np.ndarray | None = None
+    if wanted != set(KINDS):
+        if "note" in wanted:
+            left_out = [_rowids(conn, _KIND_CHUNKS[k]) for k in _KIND_CHUNKS if k not in wanted]
+            excluded = np.concatenate(left_out)
+            if excluded.shape[0]:
+                every = _rowids(conn, "SELECT id FROM chunks")
+                found = np.setdiff1d(every, excluded, assume_unique=True)
+        else:
+            found = np.unique(np.concatenate([_rowids(conn, _KIND_CHUNKS[k]) for k in wanted]))
+    file_sets: list[tuple[str, list[Any]]] = []
+    if tags:
+        marks = ",".join("?" * len(tags))
+        file_sets.append(
+            (
+                f"SELECT file_id FROM file_tags WHERE tag IN ({marks}) "
+                "GROUP BY file_id HAVING COUNT(*) = ?",
+                [*tags, len(tags)],
+            )
+        )
+    for column, value in (("status", status), ("decision_type", decision_type)):
+        if value is not None:
+            file_sets.append((f"SELECT file_id FROM file_knowledge WHERE {column} = ?", [value]))
+    for files_sql, params in file_sets:
+        admitted = _rowids(
+            conn, f"SELECT c.id FROM chunks c WHERE c.file_id IN ({files_sql})", params
+        )
+        found = admitted if found is None else np.intersect1d(found, admitted, assume_unique=True)
+    return found
+
+
+def decisions_of_files(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, sqlite3.Row]:
+    """``{path: (path, title, status, date, decision_type, decision)}`` of those decision
+    files."""
+    found: dict[str, sqlite3.Row] = {}
+    for path in paths:
+        row = conn.execute(
+            "SELECT f.path, k.title, k.status, k.date, k.decision_type, k.decision "
+            "FROM files f JOIN file_knowledge k ON k.file_id = f.id "
+            "WHERE f.path = ? AND k.kind = 'decision'",
+            (path,),
+        ).fetchone()
+        if row is not None:
+            found[path] = row
+    return found
+
+
+def error_pairs_of_file(conn: sqlite3.Connection, path: str) -> list[sqlite3.Row]:
+    """(heading_path, signature, solution, first_chunk, last_chunk) of a file's error pairs,
+    in file order."""
+    if not has_knowledge(conn):
+        return []
+    return conn.execute(
+        "SELECT p.heading_path, p.signature, p.solution, p.first_chunk, p.last_chunk "
+        "FROM error_pairs p JOIN files f ON f.id = p.file_id WHERE f.path = ? "
+        "ORDER BY p.first_chunk, p.id",
+        (path,),
+    ).fetchall()
+
+
+def summary(conn: sqlite3.Connection, *, max_tags: int) -> dict[str, Any]:
+    """The knowledge bases' sizes: ``{decisions: {total, by_status}, error_pairs,
+    error_files, notes, tags: [{tag, files}], tags_total, chunks_by_kind: {decision,
+    error, note}}`` (files for decisions, error_files and notes; the ``max_tags`` most
+    used tags, most used first, then by name). An index without the tables: all notes."""
+    if not has_knowledge(conn):
+        chunks = int(conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+        return {
+            "decisions": {"total": 0, "by_status": {}},
+            "error_pairs": 0,
+            "error_files": 0,
+            "notes": int(conn.execute("SELECT COUNT(*) FROM files").fetchone()[0]),
+            "tags": [],
+            "tags_total": 0,
+            "chunks_by_kind": {"decision": 0, "error": 0, "note": chunks},
+        }
+    by_status = {
+        str(row[0]) or "unknown": int(row[1])
+        for row in conn.execute(
+            "SELECT status, COUNT(*) FROM file_knowledge WHERE kind = 'decision' "
+            "GROUP BY status ORDER BY status"
+        )
+    }
+    kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM file_knowledge GROUP BY kind").fetchall())
+    decision_chunks, error_chunks = (len(_rowids(conn, sql)) for sql in _KIND_CHUNKS.values())
+    chunks = int(conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+    files = int(conn.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+    unclassified = files - sum(int(v) for v in kinds.values())
+    tags = conn.execute(
+        "SELECT tag, COUNT(*) AS n FROM file_tags GROUP BY tag ORDER BY n DESC, tag LIMIT ?",
+        (max_tags,),
+    ).fetchall()
+    return {
+        "decisions": {"total": sum(by_status.values()), "by_status": by_status},
+        "error_pairs": int(conn.execute("SELECT COUNT(*) FROM error_pairs").fetchone()[0]),
+        "error_files": int(kinds.get("error", 0)),
+        "notes": int(kinds.get("note", 0)) + unclassified,
+        "tags": [{"tag": str(row[0]), "files": int(row[1])} for row in tags],
+        "tags_total": int(conn.execute("SELECT COUNT(DISTINCT tag) FROM file_tags").fetchone()[0]),
+        "chunks_by_kind": {
+            "decision": decision_chunks,
+            "error": error_chunks,
+            "note": chunks - decision_chunks - error_chunks,
+        },
+    }
