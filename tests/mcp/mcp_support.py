@@ -87,8 +87,8 @@ class IndexedTree:
         env.update(extra)
         return env
 
-    def settings(self) -> Settings:
-        return Settings.from_env(self.env())
+    def settings(self, **extra: str) -> Settings:
+        return Settings.from_env(self.env(**extra))
 
 
 def write_docs(root: Path, docs: dict[str, str] = DOCS) -> None:

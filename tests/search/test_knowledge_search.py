@@ -45,7 +45,9 @@ ERROR_KEYS = {"signature", "solution", "path", "heading_path", "score_breakdown"
 def service(tmp_path_factory: pytest.TempPathFactory) -> SearchService:
     tmp = tmp_path_factory.mktemp("knowledge")
     shutil.copytree(CORPUS, tmp / "kb", ignore=shutil.ignore_patterns("expected.json"))
-    settings = make_settings(tmp, base_dir=tmp / "kb")
+    # The real model: the decisions must be found by meaning (the hash embedder's ranks
+    # are arbitrary and tie the fused scores of the two best decisions).
+    settings = make_settings(tmp, base_dir=tmp / "kb", embedding_backend="onnx")
     Indexer(settings).run([tmp / "kb"])
     return SearchService(settings)
 
