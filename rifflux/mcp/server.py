@@ -68,6 +68,8 @@ from rifflux.watch.watcher import FileWatcher
 log = structlog.get_logger(__name__)
 
 SERVER_NAME = "rifflux"
+GIL_SWITCH_INTERVAL_S = 0.0005
+"""The server's GIL switch interval (Python's default is 5 ms): see run_server."""
 MAX_INPUT_REPR = 80
 """How much of a rejected argument value a validation error message quotes."""
 
@@ -456,6 +458,11 @@ def run_server(
     host = host or settings.http_host
     if transport == "http":
         check_bind(host, settings.http_token)  # Before anything starts.
+    # A search that spends its deadline in Python code (a filter over many paths) holds
+    # the GIL between switches; every other call hands the GIL back at each SQLite or
+    # socket step and waits up to one switch interval to get it again, so a short
+    # interval keeps other sessions answering while such a call runs (issue 20).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     context = ToolContext.from_settings(settings)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main_thread else None

@@ -5,9 +5,8 @@ files 120 folders deep. The backtracking regex of before held the GIL for hours 
 first of those paths (C(100, 120) ways to place the ``**/``s), so the server answered
 nothing, not even ``initialize``. Now the automaton costs seconds of real CPU in all,
 and the search deadline (4 s here) ends the call with one line. While it runs, another
-HTTP session initializes, reads ``index_status`` and searches, each within 3 s (1 s is
-the goal; the bound is generous for a loaded 2-core machine, the measured values are
-printed).
+HTTP session initializes, reads ``index_status`` and searches, each within 1 s (the
+server's short GIL switch interval: 0.2-0.4 s measured; the values are printed).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from rifflux.index.indexer import Indexer
 pytestmark = pytest.mark.anyio
 
 DEADLINE_S = 4
-ANSWER_WITHIN_S = 3.0
+ANSWER_WITHIN_S = 1.0
 HOSTILE_GLOBS = ["**/" * 100 + f"*b{i}" for i in range(100)]
 TIMEOUT_MESSAGE = (
     f"search timed out after {DEADLINE_S} s (RIFFLUX_SEARCH_TIMEOUT_SECONDS); "
