@@ -26,14 +26,13 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from rifflux import status
 from rifflux.index.allowed import is_within
+from rifflux.mcp.arguments import MaxTokens
 from rifflux.mcp.tools import ToolContext, check_served
 from rifflux.search import knowledge
 from rifflux.search.multi_get import check_paths, expand, read_files
 from rifflux.search.request import (
     MAX_LIST_ITEMS,
-    MAX_MAX_TOKENS,
     MAX_TOP_K,
-    MIN_MAX_TOKENS,
     as_integer,
     check_max_tokens,
 )
@@ -104,11 +103,7 @@ _LIMIT = Annotated[
     Field(description="How many results to return."),
 ]
 _MAX_TOKENS = Annotated[
-    Any,
-    BeforeValidator(as_integer),
-    WithJsonSchema(
-        {"type": ["integer", "null"], "minimum": MIN_MAX_TOKENS, "maximum": MAX_MAX_TOKENS}
-    ),
+    MaxTokens,
     Field(
         description="Token budget for the results' texts together, as search_rifflux's: "
         "results keep their order, later texts are cut around the query's terms or dropped; "
@@ -183,11 +178,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
             ),
         ],
         max_tokens: Annotated[
-            Any,
-            BeforeValidator(as_integer),
-            WithJsonSchema(
-                {"type": ["integer", "null"], "minimum": MIN_MAX_TOKENS, "maximum": MAX_MAX_TOKENS}
-            ),
+            MaxTokens,
             Field(
                 description="One token budget for all files: whole files while they fit, "
                 "the next cut to its beginning, the rest listed in not_included."

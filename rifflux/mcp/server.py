@@ -50,13 +50,12 @@ from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.mcp import knowledge_tools, tools
+from rifflux.mcp.arguments import MaxTokens
 from rifflux.mcp.http import check_bind, serve_http
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
 from rifflux.search.request import (
-    MAX_MAX_TOKENS,
     MAX_NEIGHBORS,
-    MIN_MAX_TOKENS,
     REQUIRED,
     FieldSpec,
     as_integer,
@@ -270,11 +269,7 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
             ),
         ] = None,
         max_tokens: Annotated[
-            Any,
-            BeforeValidator(as_integer),
-            WithJsonSchema(
-                {"type": ["integer", "null"], "minimum": MIN_MAX_TOKENS, "maximum": MAX_MAX_TOKENS}
-            ),
+            MaxTokens,
             Field(
                 description="Token budget: chunks in order while they fit, the next one cut "
                 "to its beginning; each chunk then has tokens and truncated, the file a budget."
