@@ -186,7 +186,7 @@ def measure(directory: Path, queries: int, seed: int, mode: str, ef: int) -> dic
     """Runs in a fresh process: map the cache (``mode`` exact or hnsw), time searches; for
     hnsw, then recall@10 of each search against the exact scan (after the RSS reading)."""
     from rifflux.vectors.cache import open_view
-    from rifflux.vectors.segments import search_segments
+    from rifflux.vectors.scan import search_segments
 
     rss_start = proc_status()
     cpu = os.times()
@@ -312,7 +312,8 @@ def real_index(db_path: Path, queries_file: Path, count: int, ef: int) -> dict[s
     from rifflux.store.reader import get_metadata
     from rifflux.vectors.cache import open_view
     from rifflux.vectors.publish import publish
-    from rifflux.vectors.segments import search_segments, vectors_dir
+    from rifflux.vectors.scan import search_segments
+    from rifflux.vectors.segments import vectors_dir
 
     texts = [json.loads(line)["text"] for line in queries_file.read_text().splitlines()][:count]
     with tempfile.TemporaryDirectory(prefix="rifflux-real-") as tmp:

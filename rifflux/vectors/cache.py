@@ -63,12 +63,12 @@ from rifflux.vectors.publish import (
     list_rows,
     read_vectors,
 )
+from rifflux.vectors.scan import Candidate, search_segments
 from rifflux.vectors.segments import (
     META_IDENT,
     META_ROWID,
     CacheCorrupt,
     CacheUnusable,
-    Candidate,
     Manifest,
     Segment,
     StatKey,
@@ -79,7 +79,6 @@ from rifflux.vectors.segments import (
     outdated_because,
     read_manifest,
     row_ident,
-    search_segments,
     segment_meta,
     vectors_dir,
 )

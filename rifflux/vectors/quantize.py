@@ -23,7 +23,7 @@ give identical results everywhere. So every stored row, and the query, is quanti
 * **Selection**: a scan ranks rows by ``dot · (1/|v|) · (1/|q|)`` in float32: the dot is
   exact and the two products are single correctly rounded operations, so these
   approximate scores are themselves identical everywhere. Rows within ``SCORE_MARGIN``
-  of the k-th are rescored exactly (:mod:`rifflux.vectors.segments`).
+  of the k-th are rescored exactly (:mod:`rifflux.vectors.scan`).
 
 Measured (BENCHMARKS.md, "Deterministic int8 scores"): 384 bytes per row instead of
 1,536 (a quarter); SciFact nDCG@10 within 0.001 of float32 in semantic and hybrid mode.

@@ -17,7 +17,8 @@ from rifflux.vectors.quantize import (
     quantize_rows,
     scalar_cosine,
 )
-from rifflux.vectors.segments import Candidate, Segment, search_segments, segment_meta
+from rifflux.vectors.scan import Candidate, search_segments
+from rifflux.vectors.segments import Segment, segment_meta
 
 DIM = 384
 ROWS = 3000

@@ -18,11 +18,11 @@ from rifflux.search.service import SearchService
 from rifflux.vectors.cache import open_view
 from rifflux.vectors.publish import publish
 from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
+from rifflux.vectors.scan import search_segments
 from rifflux.vectors.segments import (
     attach_hnsw,
     load_segment,
     read_manifest,
-    search_segments,
     vectors_dir,
     write_segment,
 )

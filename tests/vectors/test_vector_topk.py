@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
-from rifflux.vectors.segments import Segment, search_segments, segment_meta
+from rifflux.vectors.scan import search_segments
+from rifflux.vectors.segments import Segment, segment_meta
 
 
 def make_segment(
