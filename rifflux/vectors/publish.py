@@ -10,7 +10,8 @@ One publish reads the database once, in one read transaction (so the rows, the v
 and the generation all come from the same state): the list of chunk rows that have a
 vector of the index's model, and the vectors of only the rows the cache lacks. It diffs
 that list against the current manifest by row identity: new rows go to a delta segment,
-rows gone from the database become tombstones of the segment that holds them.
+rows gone from the database become tombstones of the segment that holds them. One
+:class:`Publish` owns one publish under the lock: its ``run`` is the steps, in order.
 
 Compaction policy (the three constants below):
 
@@ -242,7 +243,7 @@ def publish(
                 current = _as_published(conn, directory, mode)
                 if current is not None:
                     return PublishResult(current, "unchanged", 0, 0)
-            return _publish_locked(conn, directory, source, full, mode)
+            return Publish(conn, directory, source, full=full, mode=mode).run()
         finally:
             conn.close()
 
@@ -327,97 +328,183 @@ def _restamped(directory: Path, manifest: Manifest, segments: list[Segment]) -> 
     return manifest
 
 
-def _publish_locked(
-    conn: sqlite3.Connection, directory: Path, source: str, full: bool, mode: str
-) -> PublishResult:
-    started = time.perf_counter()
-    uid = ensure_index_uid(conn)
-    current, segments, discarded = _open_current(directory)
-    if full:
-        discarded = "a full republish was asked for"
-    with transaction(conn, write=False):
-        generation, model, dim = index_head(conn)
-        reusable = (
-            discarded is None
-            and current is not None
-            and current.index_uid == uid
-            and current.model == model
-            and current.dim == dim
+@dataclass(slots=True)
+class _Read:
+    """What a publish read in its one read transaction: the database's rows, the plan
+    that diffs them against the reused segments, and the vectors the cache lacked."""
+
+    db: DbRows
+    plan: _Plan
+    fetched: np.ndarray
+
+
+class Publish:
+    """One publish, under the publish lock: owns its steps as Tantivy's IndexWriter owns
+    a commit. :meth:`run` is the whole sequence; each step is one method.
+
+    1. :meth:`open_current`: the current manifest and its verified segments, or why they
+       may not be reused;
+    2. in one read transaction, :meth:`unchanged` (the cache already is the database's
+       generation: nothing to write) or :meth:`read_rows` (rows, plan, missing vectors);
+    3. :meth:`write_segments`: new tombstones of kept segments, then the new segment;
+    4. :meth:`attach_graphs`: an HNSW graph for each segment the mode wants one for;
+    5. :meth:`write_manifest`, then :meth:`collect_garbage` of files neither the new nor
+       the previous manifest names, then :meth:`report`.
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, directory: Path, source: str, *, full: bool, mode: str
+    ) -> None:
+        self.conn = conn
+        self.directory = directory
+        self.source = source
+        self.full = full
+        self.mode = mode
+        self.started = time.perf_counter()
+        self.uid = ""
+        self.current: Manifest | None = None
+        self.segments: list[Segment] = []
+        # Why the current cache is not built on (None: it is, if it matches the head).
+        self.discarded: str | None = None
+        self.reusable = False
+
+    def run(self) -> PublishResult:
+        self.uid = ensure_index_uid(self.conn)
+        self.open_current()
+        with transaction(self.conn, write=False):
+            generation, model, dim = index_head(self.conn)
+            self.reusable = self.matches_head(model, dim)
+            unchanged = self.unchanged(generation, model, dim)
+            if unchanged is not None:
+                return unchanged
+            read = self.read_rows(generation, model, dim)
+        refs = self.attach_graphs(self.write_segments(read))
+        manifest = self.write_manifest(read.db, refs)
+        self.collect_garbage(manifest)
+        return self.report(manifest, read)
+
+    def open_current(self) -> None:
+        """Load the current manifest and its verified segments (:func:`_open_current`)."""
+        self.current, self.segments, self.discarded = _open_current(self.directory)
+        if self.full:
+            self.discarded = "a full republish was asked for"
+
+    def matches_head(self, model: str | None, dim: int) -> bool:
+        """May the current segments be built on: sound, of this database and model?"""
+        return (
+            self.discarded is None
+            and self.current is not None
+            and self.current.index_uid == self.uid
+            and self.current.model == model
+            and self.current.dim == dim
         )
-        if reusable and current is not None and current.generation == generation:
-            # Writers bump the generation with every row change, so equal rowids at an
-            # equal generation are equal rows; anything else is damage to republish.
-            if np.array_equal(live_column(segments, META_ROWID), list_rowids(conn, model, dim)):
-                if not _graphs_missing(current.segments, mode):
-                    return PublishResult(
-                        _restamped(directory, current, segments), "unchanged", 0, 0
-                    )
-            else:
-                discarded = f"the cached rows do not match the database at generation {generation}"
-                reusable = False
-        db = list_rows(conn, generation, model, dim)
-        if not reusable:
-            segments = []
-        plan = _plan(segments, db)
+
+    def unchanged(self, generation: int, model: str | None, dim: int) -> PublishResult | None:
+        """The result when the reusable cache already holds ``generation`` exactly and
+        has the graphs the mode wants; None: publish. Cached rows that differ from the
+        database's at the same generation are damage: nothing is reused then."""
+        current = self.current
+        if not self.reusable or current is None or current.generation != generation:
+            return None
+        # Writers bump the generation with every row change, so equal rowids at an
+        # equal generation are equal rows; anything else is damage to republish.
+        cached = live_column(self.segments, META_ROWID)
+        if not np.array_equal(cached, list_rowids(self.conn, model, dim)):
+            self.discarded = f"the cached rows do not match the database at generation {generation}"
+            self.reusable = False
+            return None
+        if _graphs_missing(current.segments, self.mode):
+            return None
+        return PublishResult(_restamped(self.directory, current, self.segments), "unchanged", 0, 0)
+
+    def read_rows(self, generation: int, model: str | None, dim: int) -> _Read:
+        """The database's rows, the plan against the reused segments, and the vectors of
+        the rows the cache lacks (call inside the read transaction)."""
+        db = list_rows(self.conn, generation, model, dim)
+        if not self.reusable:
+            self.segments = []
+        plan = _plan(self.segments, db)
         fetched = (
-            read_vectors(conn, db.rowids[plan.added], db.model, db.dim)
+            read_vectors(self.conn, db.rowids[plan.added], db.model, db.dim)
             if db.model and plan.added.any()
             else np.zeros((0, db.dim), np.int8)
         )
+        return _Read(db, plan, fetched)
 
-    refs = list(current.segments) if reusable and current is not None else []
-    # Each segment of the new manifest, with its int8 rows (to build a graph from).
-    kept: list[tuple[SegmentRef, np.ndarray]] = []
-    for i, ref in enumerate(refs):
-        if i in plan.rewrite:
-            continue
-        if plan.dead[i].shape[0] != ref.dead_rows:
-            dead_name, digest = write_dead(directory, ref.id, plan.dead[i])
-            ref = ref.with_dead(dead_name, digest, int(plan.dead[i].shape[0]))
-        kept.append((ref, segments[i].vectors))
-    take = plan.into_new
-    if take.any():
-        vectors = _gather_vectors(segments, plan, fetched, db.dim)
-        ref = write_segment(
-            directory,
-            db.generation,
-            vectors,
-            db.rowids[take],
-            db.idents[take],
-            [p for p, t in zip(db.paths, take, strict=True) if t],
-            db.chunk_indexes[take],
+    def write_segments(self, read: _Read) -> list[tuple[SegmentRef, np.ndarray]]:
+        """Each segment of the new manifest with its int8 rows (to build a graph from):
+        the kept segments, with a new tombstone file where rows died, then the new one."""
+        plan, db = read.plan, read.db
+        refs = list(self.current.segments) if self.reusable and self.current is not None else []
+        kept: list[tuple[SegmentRef, np.ndarray]] = []
+        for i, ref in enumerate(refs):
+            if i in plan.rewrite:
+                continue
+            if plan.dead[i].shape[0] != ref.dead_rows:
+                dead_name, digest = write_dead(self.directory, ref.id, plan.dead[i])
+                ref = ref.with_dead(dead_name, digest, int(plan.dead[i].shape[0]))
+            kept.append((ref, self.segments[i].vectors))
+        take = plan.into_new
+        if take.any():
+            vectors = _gather_vectors(self.segments, plan, read.fetched, db.dim)
+            ref = write_segment(
+                self.directory,
+                db.generation,
+                vectors,
+                db.rowids[take],
+                db.idents[take],
+                [p for p, t in zip(db.paths, take, strict=True) if t],
+                db.chunk_indexes[take],
+            )
+            kept.append((ref, vectors))
+        return kept
+
+    def attach_graphs(self, kept: list[tuple[SegmentRef, np.ndarray]]) -> list[SegmentRef]:
+        """The refs of ``kept``, each with the HNSW graph the mode wants it to have."""
+        return [
+            attach_hnsw(self.directory, ref, rows) if _graphs_missing((ref,), self.mode) else ref
+            for ref, rows in kept
+        ]
+
+    def write_manifest(self, db: DbRows, refs: list[SegmentRef]) -> Manifest:
+        """Write the manifest naming ``refs``: the moment the new generation is published."""
+        files = {name for ref in refs for name in ref.files()}
+        manifest = Manifest(
+            index_uid=self.uid,
+            generation=db.generation,
+            model=db.model,
+            dim=db.dim,
+            source=self.source,
+            segments=tuple(refs),
+            published_at=time.time(),
+            stamps=_stamps(self.directory, files, self.segments if self.reusable else []),
         )
-        kept.append((ref, vectors))
-    new_refs = [
-        attach_hnsw(directory, ref, rows) if _graphs_missing((ref,), mode) else ref
-        for ref, rows in kept
-    ]
-    files = {name for ref in new_refs for name in ref.files()}
-    manifest = Manifest(
-        index_uid=uid,
-        generation=db.generation,
-        model=db.model,
-        dim=db.dim,
-        source=source,
-        segments=tuple(new_refs),
-        published_at=time.time(),
-        stamps=_stamps(directory, files, segments if reusable else []),
-    )
-    write_manifest(directory, manifest)
-    collect_garbage(directory, keep=manifest.files() | (current.files() if current else set()))
-    log.info(
-        "vectors.published",
-        generation=db.generation,
-        action=plan.action,
-        segments=len(new_refs),
-        rows=manifest.rows,
-        tombstones=manifest.tombstones,
-        added=int(plan.added.sum()),
-        removed=plan.removed,
-        discarded=discarded,
-        duration_ms=round(1000 * (time.perf_counter() - started), 1),
-    )
-    return PublishResult(manifest, plan.action, int(plan.added.sum()), plan.removed, discarded)
+        write_manifest(self.directory, manifest)
+        return manifest
+
+    def collect_garbage(self, manifest: Manifest) -> None:
+        """Delete files neither ``manifest`` nor the previous one names."""
+        previous = self.current.files() if self.current else set()
+        collect_garbage(self.directory, keep=manifest.files() | previous)
+
+    def report(self, manifest: Manifest, read: _Read) -> PublishResult:
+        """Log ``vectors.published`` and return the result."""
+        plan = read.plan
+        log.info(
+            "vectors.published",
+            generation=read.db.generation,
+            action=plan.action,
+            segments=len(manifest.segments),
+            rows=manifest.rows,
+            tombstones=manifest.tombstones,
+            added=int(plan.added.sum()),
+            removed=plan.removed,
+            discarded=self.discarded,
+            duration_ms=round(1000 * (time.perf_counter() - self.started), 1),
+        )
+        return PublishResult(
+            manifest, plan.action, int(plan.added.sum()), plan.removed, self.discarded
+        )
 
 
 def _graphs_missing(refs: tuple[SegmentRef, ...], mode: str) -> bool:
