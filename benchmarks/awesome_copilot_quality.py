@@ -63,7 +63,8 @@ from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
 from rifflux.eval.runner import rank_documents
 from rifflux.index.indexer import Indexer
 from rifflux.search.fusion import rrf_fuse
-from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, build_match_query
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
+from rifflux.search.query import build_match_query
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 

@@ -40,10 +40,12 @@ from rifflux.search.fusion import (
     minmax_fuse,
     rrf_fuse,
 )
-from rifflux.search.lexical import LexicalHit, lexical_search, phrase_rows, query_phrases
+from rifflux.search.lexical import lexical_search, phrase_rows
+from rifflux.search.query import query_phrases
 from rifflux.search.request import SearchRequest
 from rifflux.search.retrieval import chunks_by_rowids
 from rifflux.search.snapshot import IndexSnapshot
+from rifflux.store.fts import LexicalHit
 from rifflux.store.reader import IndexReader
 from rifflux.vectors.cache import SemanticHit
 from rifflux.vectors.segments import CacheCorrupt
