@@ -60,7 +60,8 @@ from rifflux.config import Settings
 from rifflux.embed.onnx import OnnxEmbedder
 from rifflux.eval.runner import rank_documents
 from rifflux.search.fusion import rrf_fuse
-from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, build_match_query
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
+from rifflux.search.query import build_match_query
 from rifflux.search.service import SearchService
 
 Key = tuple[str, int]

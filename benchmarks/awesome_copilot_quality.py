@@ -63,8 +63,10 @@ from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
 from rifflux.eval.runner import rank_documents
 from rifflux.index.indexer import Indexer
 from rifflux.search.fusion import rrf_fuse
-from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, build_match_query
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
+from rifflux.search.query import build_match_query
 from rifflux.search.service import SearchService
+from rifflux.status import index_counts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpora" / "awesome-copilot"
@@ -314,7 +316,7 @@ def rifflux_service(
         about_weight=args.about_weight,
     )
     service = SearchService(settings, embedder=embedder, lexical=lexical)
-    counts = service.counts()
+    counts = index_counts(service)
     return service, {
         "index": str(index_dir),
         "chunks": counts.get("chunks"),

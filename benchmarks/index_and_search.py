@@ -88,6 +88,7 @@ def main() -> int:
     from rifflux.index.indexer import Indexer
     from rifflux.logs import configure_logging
     from rifflux.search.service import SearchService
+    from rifflux.status import index_counts
 
     configure_logging("WARNING")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rifflux-bench-"))
@@ -120,7 +121,7 @@ def main() -> int:
     assert incremental.files_indexed == 0
 
     service = SearchService(settings)
-    report["chunks"] = service.counts()["chunks"]
+    report["chunks"] = index_counts(service)["chunks"]
     report.update(time_searches(service, ("lexical", "semantic", "hybrid"), args.rounds))
     service.close()
     print(json.dumps(report, indent=2))

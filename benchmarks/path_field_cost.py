@@ -42,7 +42,9 @@ from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.search import lexical
 from rifflux.search.lexical import LexicalOptions
+from rifflux.search.query import build_match_query
 from rifflux.search.service import SearchService
+from rifflux.store import fts
 from rifflux.store.connection import open_index_readonly
 
 EDIT_QUERY = "deploy kubernetes manifests with terraform"
@@ -123,7 +125,7 @@ def compare_joins(db: Path, queries: list[str], repeats: int = 4) -> None:
     ``by_file``, which lists the chunks of the matching files instead (``file_id`` index),
     then looks each match up among them. Results must be identical; per variant the p50
     and the largest per-query p50 increase over the SQL without the bonus."""
-    shipped = lexical._TOP_WITH_PATH_SQL
+    shipped = fts._TOP_WITH_PATH_SQL
     by_file = shipped.replace(
         "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
         "JOIN chunks k INDEXED BY chunks_file_of ON k.id = m.id "
@@ -134,7 +136,7 @@ def compare_joins(db: Path, queries: list[str], repeats: int = 4) -> None:
         "LEFT JOIN b ON b.id = m.id ",
     )
     variants = {
-        "no bonus": lexical._TOP_SQL,
+        "no bonus": fts._TOP_SQL,
         "chunks_file_of": shipped,
         "chunks rowid": shipped.replace("INDEXED BY chunks_file_of ", ""),
         "by_file": by_file,
@@ -149,7 +151,7 @@ def compare_joins(db: Path, queries: list[str], repeats: int = 4) -> None:
     times: dict[tuple[str, str], list[float]] = {}
     for repeat in range(repeats):
         for n, text in enumerate(queries):
-            match = lexical.build_match_query(text)
+            match = build_match_query(text)
             assert match is not None
             names = list(sql)[(n + repeat) % len(sql) :] + list(sql)[: (n + repeat) % len(sql)]
             rows = {}

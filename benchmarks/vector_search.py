@@ -273,6 +273,7 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
     """Semantic and hybrid p50/p95 through SearchService on an existing index."""
     from rifflux.config import Settings
     from rifflux.search.service import SearchService
+    from rifflux.status import index_counts
     from rifflux.store.connection import open_index
     from rifflux.store.reader import get_metadata
 
@@ -296,7 +297,7 @@ def service_ms(db_path: Path, rounds: int) -> dict[str, object]:
             checks.append((time.perf_counter() - t0) * 1000)
         name = "rows_check_thorough_ms" if thorough else "rows_check_ms"
         report[name] = round(statistics.median(checks), 1)
-    counts = service.counts()
+    counts = index_counts(service)
     report["chunks"] = counts["chunks"]
     report["vector_cache"] = counts["vector_cache"]
     service.close()

@@ -29,7 +29,7 @@ from rifflux.mcp.cli import add_mcp_config_parser, add_serve_parser
 from rifflux.progress import PhaseProgress
 from rifflux.search.request import SearchRequest, add_request_arguments, as_integer
 from rifflux.search.service import SearchService
-from rifflux.status import index_status
+from rifflux.status import check_index, index_status
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -412,7 +412,7 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
     queue = None
     status: dict[str, Any] | None = None
     try:
-        check = service.check()
+        check = check_index(service)
         if settings.db_path.is_file():
             queue = IndexQueue(settings)
             with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):

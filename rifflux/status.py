@@ -23,6 +23,10 @@ Invariants:
   (``rifflux.cli``). Neither adds, drops or renames a key.
 * Reading status writes nothing: the index is read through the SearchService's
   read-only connection, the queue's status never creates the broker's file.
+* :func:`index_counts` (the index's rows, generation, embedding model and vector cache
+  state) and :func:`check_index` (``rifflux check``: ``PRAGMA quick_check`` and a full
+  verification of the vector cache) read the index alone; the rest of status builds on
+  them.
 
 Layer: above the queue and the watcher (it reports both: the queue's workers, depths
 and jobs, the watcher's persisted state) and below ``mcp`` and ``cli``, its two callers.
@@ -30,13 +34,19 @@ and jobs, the watcher's persisted state) and below ``mcp`` and ``cli``, its two 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rifflux.errors import RiffluxError
+from rifflux.search.ranking import REPAIR_HINT
 from rifflux.search.service import SearchService
+from rifflux.search.snapshot import IndexSnapshot
 from rifflux.store import knowledge
 from rifflux.store.connection import transaction
-from rifflux.store.reader import IndexReader
+from rifflux.store.integrity import quick_check
+from rifflux.store.reader import IndexReader, current_generation
+from rifflux.vectors.segments import forget_verified
 from rifflux.watch.watcher import read_watcher_state
 
 MAX_TAGS = 50
@@ -51,6 +61,54 @@ def coverage(embedded: int, chunks: int) -> float:
     return round(embedded / chunks, 4) if embedded >= chunks else min(embedded / chunks, 0.9999)
 
 
+def index_counts(search: SearchService) -> dict[str, Any]:
+    """``{files, chunks, embeddings, generation, db_path, embedding_model,
+    embedding_backend, vector_cache}``: the index's own part of :func:`index_status`."""
+    return search.read(_counts)
+
+
+def _counts(snapshot: IndexSnapshot) -> dict[str, Any]:
+    conn = snapshot.conn
+    return {
+        **IndexReader(conn).row_counts(),
+        "generation": current_generation(conn),
+        "db_path": str(snapshot.settings.db_path),
+        "embedding_model": snapshot.stored_model(),
+        "embedding_backend": snapshot.settings.embedding_backend,
+        "vector_cache": snapshot.vectors.status(conn, snapshot.db_path),
+    }
+
+
+def check_index(search: SearchService) -> dict[str, Any]:
+    """``PRAGMA quick_check`` of the database and a full verification of the cache.
+
+    ``{"ok", "database": {"ok", "problems"}, "vector_cache": {"ok", "state",
+    "problems"}}``; every problem is one line. The cache is re-hashed even if this
+    process verified it before.
+    """
+    db_path = search.db_path
+    db_problems = quick_check(db_path)
+    cache: dict[str, Any] = {"ok": True, "state": None, "problems": []}
+    forget_verified()
+    search.vectors.forget()
+    if not db_path.is_file():
+        cache["ok"] = False  # Not checked; the database problem says why.
+    else:
+        try:
+            status = search.vectors.status(search.connection(), db_path, thorough=True)
+        except (sqlite3.DatabaseError, RiffluxError) as exc:
+            cache.update(ok=False, problems=[f"cannot be checked: {exc}"])
+        else:
+            cache["state"] = status["state"]
+            if status["state"] == "corrupt":
+                cache.update(ok=False, problems=[f"{status['reason']}; {REPAIR_HINT}"])
+    return {
+        "ok": not db_problems and cache["ok"],
+        "database": {"ok": not db_problems, "problems": db_problems},
+        "vector_cache": cache,
+    }
+
+
 def index_status(
     search: SearchService, queue_status: Callable[[], Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -60,7 +118,7 @@ def index_status(
     The index is read first: a missing or foreign index is reported as such before
     ``queue_status`` is called (it opens the index for the job records).
     """
-    counts = search.counts()
+    counts = index_counts(search)
     conn = search.connection()
     roots = IndexReader(conn).counts_by_root()
     for root in roots:

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rifflux.search.lexical import query_terms
-from rifflux.store.cjk import CJK_CHARS, cjk_bigrams
+from rifflux.bigrams import CJK_CHARS, cjk_bigrams
+from rifflux.search.query import query_terms
 
 MIN_EXCERPT_TOKENS = 24
 """A cut result shorter than this would say too little to be worth its place: dropped."""

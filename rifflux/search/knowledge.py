@@ -32,7 +32,7 @@ import numpy as np
 
 from rifflux.errors import InvalidQueryError
 from rifflux.search.budget import fit_texts
-from rifflux.search.lexical import query_terms
+from rifflux.search.query import query_terms
 from rifflux.search.request import (
     MAX_TOP_K,
     SearchRequest,

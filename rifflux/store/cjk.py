@@ -18,6 +18,9 @@ Invariants:
   from ``files``), and drop them when a chunk's text is updated in place.
 * A CJK query ranks the chunks with a row here in this table and every other chunk in
   ``chunks_fts`` (rifflux.search.lexical): :func:`rows_with_cjk` tells them apart.
+* The tokenizer (CJK runs, their bigrams) is :mod:`rifflux.bigrams`, in the base layer:
+  this module writes and reads the side table, the query parser (rifflux.search.query)
+  splits queries with the same functions.
 * An index created before the table existed gets it, filled from its chunks, the next
   time a writer opens it (:func:`backfill`); a reader of such an index searches CJK
   queries in ``chunks_fts`` as before (``has_cjk_table``).
@@ -25,45 +28,13 @@ Invariants:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Sequence
 
+from rifflux.bigrams import bigram_text, has_cjk
 from rifflux.store.schema import has_schema_object
 
-# Han (with extension A and compatibility ideographs), hiragana, katakana (with the
-# phonetic extensions and half-width forms), Hangul syllables and jamo.
-CJK_CHARS = (
-    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
-    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
-)
-_RUN = re.compile(f"[{CJK_CHARS}]+")
 CJK_TABLE = "chunks_cjk"
-
-
-def has_cjk(text: str) -> bool:
-    return _RUN.search(text) is not None
-
-
-def run_bigrams(run: str) -> list[str]:
-    """Overlapping bigrams of one CJK run; a one-character run is itself."""
-    if len(run) < 2:
-        return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
-
-
-def cjk_bigrams(text: str) -> list[str]:
-    """The bigrams of every CJK run of ``text``, in order (repeats kept)."""
-    return [bigram for run in _RUN.findall(text) for bigram in run_bigrams(run)]
-
-
-def cjk_runs(text: str) -> list[str]:
-    return _RUN.findall(text)
-
-
-def bigram_text(text: str) -> str:
-    """``text`` as ``chunks_cjk`` indexes it: each CJK run replaced by its bigrams."""
-    return _RUN.sub(lambda m: " " + " ".join(run_bigrams(m.group())) + " ", text)
 
 
 def insert_sql() -> str:

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
-from rifflux.search.lexical import MAX_QUERY_TERMS, build_match_query, lexical_search
+from rifflux.search.lexical import lexical_search
+from rifflux.search.query import MAX_QUERY_TERMS, build_match_query
 from rifflux.store.connection import open_index_readonly
 
 # FTS5 query syntax and other characters that have broken query builders before.

@@ -25,6 +25,7 @@ from rifflux.index.messages import (
     plan_request,
 )
 from rifflux.search.service import SearchService
+from rifflux.status import index_counts
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
@@ -237,7 +238,7 @@ def test_every_file_is_keyword_searchable_before_any_vector_is_written(tmp_path:
     service = SearchService(settings)
     try:
         assert files_not_found_lexically(service, corpus, "docs") == []
-        counts = service.counts()
+        counts = index_counts(service)
         assert counts["embeddings"] == 0 < counts["chunks"]
         assert service.search("agent instructions", top_k=5, mode="semantic") == []
         hybrid = service.search("agent instructions", top_k=5, mode="hybrid")

@@ -20,6 +20,7 @@ from rifflux.index.indexer import Indexer
 from rifflux.index.messages import ChunkRequest, EmbedRequest, plan_request
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
+from rifflux.status import index_counts
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 from rifflux.vectors import publish as publish_module
@@ -147,12 +148,12 @@ def test_damage_to_the_cache_is_repaired_by_a_job_that_changes_nothing(
 ) -> None:
     DAMAGES["random-bytes"](settings.db_path)
     service = SearchService(settings)
-    assert service.counts()["vector_cache"]["state"] == "corrupt"
+    assert index_counts(service)["vector_cache"]["state"] == "corrupt"
 
     record, outcome = run_job(settings, docs)
 
     assert outcome.finalized and record.state == "completed" and record.files_done == 0
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     assert answers(service) == fresh_answers(tmp_path, docs)
     service.close()
 
@@ -183,7 +184,7 @@ def test_one_edited_file_republishes_only_its_rows(
     assert (directory / f"{delta.id}.paths.json").read_text() == f'["{stored}"]'
     assert sum(s.dead_rows for s in after.segments) > sum(s.dead_rows for s in before.segments)
     service = SearchService(settings)
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     assert answers(service) == fresh_answers(tmp_path, docs)
     service.close()
 

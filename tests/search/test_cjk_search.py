@@ -16,9 +16,9 @@ from rifflux.index.indexer import Indexer
 from rifflux.search.lexical import (
     CONTENT_WEIGHT,
     HEADING_WEIGHT,
-    build_match_query,
     lexical_search,
 )
+from rifflux.search.query import build_match_query
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index, open_index_readonly

@@ -1,4 +1,4 @@
-from rifflux.search.lexical import MAX_QUERY_TERMS, build_match_query, query_terms
+from rifflux.search.query import MAX_QUERY_TERMS, build_match_query, query_terms
 
 
 def test_terms_are_distinct_lowercase_words_without_stop_words() -> None:

@@ -15,6 +15,7 @@ from rifflux.config import Settings
 from rifflux.errors import ConfigError
 from rifflux.index.indexer import Indexer
 from rifflux.search.service import SearchService
+from rifflux.status import index_counts
 from rifflux.vectors.cache import open_view
 from rifflux.vectors.publish import publish
 from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
@@ -161,7 +162,7 @@ def test_a_damaged_graph_is_corrupt_and_the_next_publish_rebuilds_it(hnsw_cfg: S
         fh.seek(-64, 2)
         fh.write(b"\xff" * 64)
     service = SearchService(hnsw_cfg)
-    status = service.counts()["vector_cache"]
+    status = index_counts(service)["vector_cache"]
     assert status["state"] == "corrupt" and name in status["reason"]
     service.close()
 
@@ -170,7 +171,7 @@ def test_a_damaged_graph_is_corrupt_and_the_next_publish_rebuilds_it(hnsw_cfg: S
     assert result is not None and result.action == "full" and result.discarded
     new_name = result.manifest.segments[0].hnsw
     assert new_name and new_name != name and not (directory / name).exists()
-    assert SearchService(hnsw_cfg).counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(SearchService(hnsw_cfg))["vector_cache"]["state"] == "fresh"
 
 
 def test_vector_index_settings_are_checked_with_one_line_errors() -> None:

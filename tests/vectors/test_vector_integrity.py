@@ -18,6 +18,7 @@ from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
+from rifflux.status import check_index, index_counts
 from rifflux.store.connection import open_index
 from rifflux.store.reader import get_metadata
 from rifflux.vectors.publish import publish
@@ -77,11 +78,11 @@ def test_damaged_cache_is_reported_corrupt_serves_lexical_with_a_warning_and_is_
         for mode in ("semantic", "hybrid")
     }
     assert service.search_response(SearchRequest(QUERY, mode="semantic")) == want["semantic"]
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
 
     damaged = DAMAGES[damage](cfg.db_path)
 
-    status = service.counts()["vector_cache"]
+    status = index_counts(service)["vector_cache"]
     assert status["state"] == "corrupt"
     assert damaged in status["reason"] and "checksum" in status["reason"]
     for mode in ("semantic", "hybrid"):
@@ -91,7 +92,7 @@ def test_damaged_cache_is_reported_corrupt_serves_lexical_with_a_warning_and_is_
         assert response["count"] == 10 and response["mode"] == mode
     # A second process sees the same: the verdict does not depend on what was loaded.
     other = SearchService(cfg)
-    assert other.counts()["vector_cache"]["state"] == "corrupt"
+    assert index_counts(other)["vector_cache"]["state"] == "corrupt"
     other.close()
 
     if repair == "no-op index":
@@ -100,7 +101,7 @@ def test_damaged_cache_is_reported_corrupt_serves_lexical_with_a_warning_and_is_
     else:
         assert publish(cfg.db_path, source="repair", full=True) is not None
 
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     for mode in ("semantic", "hybrid"):
         assert service.search_response(SearchRequest(QUERY, mode=mode)) == want[mode]
     service.close()
@@ -128,7 +129,7 @@ def test_damage_after_a_long_running_reader_verified_the_cache_is_noticed_by_its
     DAMAGES["zeroed-rows"](cfg.db_path)
 
     assert "warning" in service.search_response(SearchRequest(QUERY, mode="semantic"))
-    assert service.counts()["vector_cache"]["state"] == "corrupt"
+    assert index_counts(service)["vector_cache"]["state"] == "corrupt"
     service.close()
 
 
@@ -146,7 +147,7 @@ def test_a_replaced_segment_file_is_noticed_although_the_old_one_stays_mapped(
     del vectors
     copy.replace(vec_path)
 
-    assert service.counts()["vector_cache"]["state"] == "corrupt"
+    assert index_counts(service)["vector_cache"]["state"] == "corrupt"
     service.close()
 
 
@@ -160,7 +161,7 @@ def test_rows_that_differ_from_the_database_at_the_same_generation_are_corrupt(
     conn.close()
     service = SearchService(cfg)
 
-    status = service.counts()["vector_cache"]
+    status = index_counts(service)["vector_cache"]
     assert status["state"] == "corrupt"
     assert "do not match the database" in status["reason"] and "1 unknown to it" in status["reason"]
     assert "warning" in service.search_response(SearchRequest(QUERY, mode="hybrid"))
@@ -168,7 +169,7 @@ def test_rows_that_differ_from_the_database_at_the_same_generation_are_corrupt(
     result = publish(cfg.db_path, source="finalize")
     assert result is not None and result.action == "full"
     assert result.discarded is not None and "do not match" in result.discarded
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     service.close()
 
 
@@ -180,15 +181,15 @@ def test_status_check_compares_full_row_identities_with_the_database(cfg: Settin
     conn.execute("UPDATE chunks SET embed_sha256 = 'swapped' WHERE id = ?", (first,))
     conn.close()
     service = SearchService(cfg)
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
 
-    check = service.check()
+    check = check_index(service)
 
     assert check["ok"] is False and check["database"]["ok"] is True
     assert check["vector_cache"]["state"] == "corrupt"
     assert "row identities do not match" in check["vector_cache"]["problems"][0]
     assert publish(cfg.db_path, source="repair", full=True) is not None
-    assert service.check()["ok"] is True
+    assert check_index(service)["ok"] is True
     service.close()
 
 
@@ -201,7 +202,7 @@ def test_a_publisher_never_copies_rows_out_of_a_damaged_segment(
     Indexer(cfg).run([docs])
 
     service = SearchService(cfg)
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     Indexer(reference.settings).run([docs])
     request = SearchRequest(QUERY, mode="semantic")
     assert service.search_response(request) == reference.search_response(request)
@@ -270,7 +271,7 @@ def test_an_outdated_cache_is_republished_in_full_by_the_next_writer(
 ) -> None:
     downgrade(cfg.db_path, fmt)
     service = SearchService(cfg)
-    status = service.counts()["vector_cache"]
+    status = index_counts(service)["vector_cache"]
     assert status["state"] == "stale" and f"format {fmt}" in status["reason"]
 
     result = publish(cfg.db_path, source="finalize")
@@ -279,7 +280,7 @@ def test_an_outdated_cache_is_republished_in_full_by_the_next_writer(
         result is not None and result.action == "full" and f"format {fmt}" in str(result.discarded)
     )
     assert result.manifest.format == 3
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     service.close()
 
 
@@ -296,7 +297,7 @@ def test_an_outdated_cache_is_served_identically_and_left_to_the_next_writer(
     assert keyed(response["results"]) == keyed(reference.search(QUERY, mode="semantic"))
     found = read_manifest(vectors_dir(cfg.db_path))
     assert found is not None and found[0].format == fmt, "a search republished the cache"
-    assert service.counts()["vector_cache"]["state"] == "stale"
+    assert index_counts(service)["vector_cache"]["state"] == "stale"
     service.close()
 
 
@@ -304,6 +305,6 @@ def test_a_manifest_that_is_not_json_is_corrupt_not_silently_rebuilt(cfg: Settin
     (vectors_dir(cfg.db_path) / MANIFEST_NAME).write_bytes(b"\x00garbage")
     service = SearchService(cfg)
 
-    assert service.counts()["vector_cache"]["state"] == "corrupt"
+    assert index_counts(service)["vector_cache"]["state"] == "corrupt"
     assert "not JSON" in service.search_response(SearchRequest(QUERY, mode="semantic"))["warning"]
     service.close()

@@ -16,6 +16,7 @@ from rifflux.index import pipeline
 from rifflux.index.indexer import Indexer
 from rifflux.index.messages import ChunkRequest, finalize_request, plan_request
 from rifflux.search.service import SearchService
+from rifflux.status import index_counts
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 from rifflux.vectors.publish import publish
@@ -108,7 +109,7 @@ def test_semantic_search_matches_the_naive_scan_with_the_contract_tie_break(
     assert_matches_naive(got, naive_semantic(cfg.db_path, "zebra quokka identical text", 4))
     assert [p for p, *_ in got[:2]] == ["docs/twin-a.md", "docs/twin-b.md"]
     assert got[0][2] == got[1][2]
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
 
 
 def test_a_new_document_is_the_top_hit_in_the_next_search_after_indexing(
@@ -129,15 +130,15 @@ def test_a_missing_cache_is_served_from_memory_and_a_search_publishes_nothing(
 ) -> None:
     Indexer(cfg).run([root])
     service = SearchService(cfg)
-    assert service.counts()["vector_cache"]["state"] == "missing"
+    assert index_counts(service)["vector_cache"]["state"] == "missing"
     before = sqlite_bytes(cfg.db_path)
 
     got = semantic(service, "eggs flour sugar")
 
     assert_matches_naive(got, naive_semantic(cfg.db_path, "eggs flour sugar", 5))
-    status = service.counts()["vector_cache"]
+    status = index_counts(service)["vector_cache"]
     assert status["state"] == "missing" and status["in_memory"] is True
-    assert status["rows"] == service.counts()["embeddings"]
+    assert status["rows"] == index_counts(service)["embeddings"]
     assert not vectors_dir(cfg.db_path).exists()
     assert sqlite_bytes(cfg.db_path) == before
 
@@ -152,9 +153,9 @@ def test_a_missing_cache_is_fresh_once_a_writer_publishes(
     publish(cfg.db_path, source="repair")
 
     assert semantic(service, "eggs flour sugar") == from_memory
-    status = service.counts()["vector_cache"]
+    status = index_counts(service)["vector_cache"]
     assert status["state"] == "fresh" and status["source"] == "repair"
-    assert status["generation"] == service.counts()["generation"]
+    assert status["generation"] == index_counts(service)["generation"]
 
 
 def test_a_stale_cache_never_returns_deleted_chunks_and_stays_stale_until_a_writer_publishes(
@@ -167,7 +168,7 @@ def test_a_stale_cache_never_returns_deleted_chunks_and_stays_stale_until_a_writ
     (root / "garden.md").unlink()
     (root / "cooking.md").write_text("# Cooking\n\nBake bread with yeast and salt.\n")
     Indexer(cfg).run([root])
-    assert service.counts()["vector_cache"]["state"] == "stale"
+    assert index_counts(service)["vector_cache"]["state"] == "stale"
 
     got = semantic(service, "tomatoes roses eggs flour sugar", top_k=10)
 
@@ -179,11 +180,11 @@ def test_a_stale_cache_never_returns_deleted_chunks_and_stays_stale_until_a_writ
     assert all(abs(current[(p, i)] - c) <= 1e-6 for p, i, c in got)
     # The rewritten chunk is not in the lagging generation: not found until a publish.
     assert ("docs/cooking.md", 0) not in {(p, i) for p, i, _ in semantic(service, "bread yeast")}
-    assert service.counts()["vector_cache"]["state"] == "stale"
+    assert index_counts(service)["vector_cache"]["state"] == "stale"
 
     publish(cfg.db_path, source="finalize")
 
-    assert service.counts()["vector_cache"]["state"] == "fresh"
+    assert index_counts(service)["vector_cache"]["state"] == "fresh"
     assert semantic(service, "bread yeast salt")[0][0] == "docs/cooking.md"
 
 
@@ -231,6 +232,6 @@ def test_a_job_finalize_publishes_before_the_job_reads_completed(cfg: Settings, 
     assert record is not None and record.state == "completed"
     manifest = read_manifest(vectors_dir(cfg.db_path))[0]  # type: ignore[index]
     assert manifest.source == "finalize"
-    assert manifest.generation == service.counts()["generation"]
+    assert manifest.generation == index_counts(service)["generation"]
     assert semantic(service, "xylophonic quixotry zeugmatic")[0][0] == "docs/new.md"
     assert "docs/garden.md" not in {p for p, *_ in semantic(service, "tomatoes roses", 10)}

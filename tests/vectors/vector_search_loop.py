@@ -29,6 +29,7 @@ import numpy as np
 from rifflux.config import Settings
 from rifflux.errors import NotFoundError
 from rifflux.search.service import SearchService
+from rifflux.status import index_counts
 from rifflux.store.reader import current_generation
 from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
 
@@ -101,7 +102,7 @@ def main(db_path: str, base_dir: str, ready_file: str, stop_file: str) -> dict[s
             searches += 1
             returned += len(results)
             if i % 10 == 0:
-                state = service.counts()["vector_cache"]["state"]
+                state = index_counts(service)["vector_cache"]["state"]
                 states[state] = states.get(state, 0) + 1
         except Exception:
             errors.append(traceback.format_exc())

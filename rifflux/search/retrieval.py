@@ -1,0 +1,210 @@
+"""Chunk and file retrieval: ``get_chunk``, its neighbours, ``get_file`` and its sections.
+
+Functions over a read-only connection (an :class:`~rifflux.search.snapshot.IndexSnapshot`'s);
+:class:`~rifflux.search.service.SearchService` hands them its thread's connection and turns
+a damaged database into one line.
+
+Invariants:
+
+* A chunk reads as a search result does (``chunk_id``, ``path``, ``heading_path``,
+  ``chunk_index``, ``content``: :func:`chunk_dict`); ``get_chunk`` and ``get_file`` add
+  ``headings``, the headings that start in the chunk (``[{offset, heading_path}]``; None
+  in a row an older Rifflux wrote). Search results never carry ``headings``.
+* Each call reads in one read transaction, so a chunk and its neighbours, or a file and
+  its chunks, come from one state of the index. Nothing here reads the filesystem except
+  :func:`absolute_path`'s working-directory fallback, which reads nothing either.
+* ``heading``: a file's section and its subsections (``sections.py``); a merged chunk
+  holding more than the section is cut to the section's part, keeping its ``chunk_id``
+  and ``chunk_index``. ``max_tokens``: chunks in order while they fit (``budget.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rifflux.errors import NotFoundError, echo
+from rifflux.search.budget import fit_in_order
+from rifflux.search.sections import (
+    ChunkHeadings,
+    breadcrumbs,
+    resolve_heading,
+    section_parts,
+)
+from rifflux.store.connection import transaction
+from rifflux.store.reader import IndexReader, get_metadata
+from rifflux.store.rows import headings_from_json
+
+
+def chunk_dict(row: sqlite3.Row) -> dict[str, Any]:
+    """A chunk row as a search result shows it (without ``score_breakdown``)."""
+    return {
+        "chunk_id": row["chunk_id"],
+        "path": row["path"],
+        "heading_path": row["heading_path"],
+        "chunk_index": int(row["chunk_index"]),
+        "content": row["content"],
+    }
+
+
+def chunks_by_rowids(conn: sqlite3.Connection, row_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """The chunks of ``row_ids`` that still exist, by rowid, as :func:`chunk_dict`."""
+    if not row_ids:
+        return {}
+    rows = IndexReader(conn).chunks_by_rowids(row_ids)
+    return {int(row["id"]): chunk_dict(row) for row in rows}
+
+
+def chunk_details(reader: IndexReader, rows: Sequence[sqlite3.Row]) -> list[dict[str, Any]]:
+    """Chunks as ``get_chunk`` and ``get_file`` show them: :func:`chunk_dict` and
+    ``headings``."""
+    stored = reader.headings_of_rowids(int(row["id"]) for row in rows)
+    return [
+        {**chunk_dict(row), "headings": headings_from_json(stored.get(int(row["id"])))}
+        for row in rows
+    ]
+
+
+def get_chunk(conn: sqlite3.Connection, chunk_id: str) -> dict[str, Any]:
+    """A chunk as search results show it, with ``headings`` added."""
+    reader = IndexReader(conn)
+    with transaction(conn, write=False):
+        row = reader.chunk_by_id(chunk_id)
+        if row is None:
+            raise NotFoundError(f"no chunk with id {chunk_id!r} in the index")
+        return chunk_details(reader, [row])[0]
+
+
+def chunk_with_neighbors(conn: sqlite3.Connection, chunk_id: str, count: int) -> dict[str, Any]:
+    """``{chunk}``; with ``count`` ≥ 1 also ``before`` and ``after``: up to that many
+    chunks of the same file on each side, in file order (one read snapshot). ``count``
+    is checked (``request.check_neighbors``)."""
+    reader = IndexReader(conn)
+    with transaction(conn, write=False):
+        chunk = get_chunk(conn, chunk_id)
+        if not count:
+            return {"chunk": chunk}
+        file_id = reader.file_id_of_chunk(chunk_id)
+        index = chunk["chunk_index"]
+        rows = reader.chunks_of_file_between(int(file_id or 0), index - count, index + count)
+        around = chunk_details(reader, rows)
+    return {
+        "chunk": chunk,
+        "before": [c for c in around if c["chunk_index"] < index],
+        "after": [c for c in around if c["chunk_index"] > index],
+    }
+
+
+def get_file(
+    conn: sqlite3.Connection, path: str, *, heading: str | None = None, budget: int | None = None
+) -> dict[str, Any]:
+    """An indexed file's chunks, by its stored path. Never reads the filesystem.
+
+    ``heading``: only that section and its subsections (rifflux.search.sections), the
+    resolved path under ``heading``; a merged chunk is cut to the section's part.
+    ``budget`` (a checked ``max_tokens``): chunks in order while they fit, the next cut
+    to its beginning; each chunk gains ``tokens`` and ``truncated`` and the file a
+    ``budget``.
+    """
+    reader = IndexReader(conn)
+    with transaction(conn, write=False):
+        file_row = reader.file_by_path(path)
+        if file_row is None:
+            raise NotFoundError(
+                f"{echo(path)} is not an indexed file; pass a path exactly as search results "
+                "show it"
+            )
+        chunks = chunk_details(reader, reader.chunks_of_file(int(file_row["id"])))
+    found: dict[str, Any] = {"path": file_row["path"], "sha256": file_row["sha256"]}
+    if heading is not None:
+        found["heading"], chunks = section_chunks(chunks, heading, str(file_row["path"]))
+    if budget is not None:
+        chunks = _fit_chunks(found, chunks, budget)
+    found["chunks"] = chunks
+    return found
+
+
+def _fit_chunks(
+    found: dict[str, Any], chunks: list[dict[str, Any]], budget: int
+) -> list[dict[str, Any]]:
+    """The chunks that fit ``budget`` tokens in order (the last one cut); sets
+    ``found["budget"]``."""
+    fitted = fit_in_order([c["content"] for c in chunks], budget)
+    kept = [
+        {
+            **c,
+            "content": f.text,
+            "headings": headings_within(c["headings"], len(f.text)),
+            "tokens": f.tokens,
+            "truncated": f.truncated,
+        }
+        for c, f in zip(chunks, fitted, strict=False)  # fitted may stop early
+    ]
+    found["budget"] = {
+        "max_tokens": budget,
+        "used_tokens": sum(f.tokens for f in fitted),
+        "dropped": len(chunks) - len(kept),
+    }
+    return kept
+
+
+def section_chunks(
+    chunks: list[dict[str, Any]], heading: str, file_path: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """The section ``heading`` names and its chunks: a chunk holding more than the section
+    (a merged chunk) is cut to the section's part (rifflux.search.sections), keeping its
+    ``chunk_id`` and ``chunk_index``, with that part's breadcrumb and headings."""
+    views = [
+        ChunkHeadings(
+            c["heading_path"],
+            len(c["content"]),
+            None
+            if c["headings"] is None
+            else [(h["offset"], h["heading_path"]) for h in c["headings"]],
+        )
+        for c in chunks
+    ]
+    section = resolve_heading(heading, breadcrumbs(views), file_path)
+    found = []
+    for part in section_parts(views, section):
+        chunk = chunks[part.position]
+        if part.start == 0 and part.end == len(chunk["content"]):
+            found.append(chunk)
+            continue
+        found.append(
+            {
+                **chunk,
+                "heading_path": part.heading_path,
+                "content": chunk["content"][part.start : part.end].rstrip(),
+                "headings": [
+                    {**h, "offset": h["offset"] - part.start}
+                    for h in chunk["headings"] or ()
+                    if part.start <= h["offset"] < part.end
+                ],
+            }
+        )
+    return section, found
+
+
+def headings_within(
+    headings: list[dict[str, Any]] | None, length: int
+) -> list[dict[str, Any]] | None:
+    """The headings that start within a chunk's first ``length`` characters (a cut one)."""
+    return None if headings is None else [h for h in headings if h["offset"] < length]
+
+
+def absolute_path(stored_path: str, base_dir: Callable[[], str | None]) -> Path:
+    """Where an indexed file lives: its stored path against the index's base_dir (read
+    by ``base_dir`` only for a relative path; none stored: the working directory)."""
+    if stored_path.startswith("/"):
+        return Path(stored_path)
+    base = base_dir() or os.getcwd()
+    return Path(base) / stored_path
+
+
+def stored_base_dir(conn: sqlite3.Connection) -> str | None:
+    """The directory the index's relative paths are relative to."""
+    return get_metadata(conn, "base_dir")

@@ -1,0 +1,256 @@
+"""Every FTS5 query a search runs: the ranked BM25 SQL, the phrase and field probes.
+
+The search side (rifflux.search.lexical) decides what to ask: which table ranks (a CJK
+query's side table or ``chunks_fts``), which MATCH (rifflux.search.query builds it from
+user text), which weights and which rows are in scope. This module owns how it is asked:
+the SQL text, its parameters and the exact tie-break at the cut.
+
+Invariants:
+
+* Every statement only reads, and binds every value (MATCH strings, rowid lists as JSON,
+  limits); table names and weights are formatted in from constants and floats, never
+  from user text.
+* Ranked rows are ordered by score (SQLite's bm25(): lower is better), then path, then
+  chunk index; :func:`top_hits` widens its window until rows tied with the last kept one
+  cannot lie beyond it, so the cut is exact.
+* ``+rowid IN (...)`` (not ``rowid IN``) restricts a MATCH to listed rows: FTS5's rowid
+  lookup would run the whole MATCH once per listed rowid (measured on SciFact, 2,661
+  admitted rowids: 610 ms with ``rowid IN``, 3 ms with ``+rowid IN``, the MATCH alone
+  2 ms).
+* A search builds nothing: ``files_fts``, ``chunks_about`` and ``chunks_cjk`` are the
+  writer's, kept by triggers; an index without one (written before it existed) is asked
+  the SQL of before (:func:`any_path_matches`, :func:`any_about_matches`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from rifflux.store.knowledge import has_knowledge
+from rifflux.store.paths import CHUNK_FILE_INDEX, PATH_TABLE, has_path_table
+from rifflux.store.schema import ABOUT_TABLE
+
+FTS_TABLE = "chunks_fts"
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    row_id: int
+    key: tuple[str, int]
+    bm25: float
+
+
+@dataclass(frozen=True, slots=True)
+class Bm25Weights:
+    """bm25() column weights (heading_path, content) and the weights of the path and
+    about fields' bm25() added to a chunk's (0: that field is not asked)."""
+
+    heading: float
+    content: float
+    path: float
+    about: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which rows a ranked query may return: ``admitted`` (the sorted chunk rowids as a
+    JSON list, :func:`rowids_json`; None: every chunk) and, with ``phrases`` (a MATCH of
+    every phrase, asked of ``chunks_fts``), only the rows that hold them (``holding``) or
+    only those that do not."""
+
+    admitted: str | None = None
+    phrases: str | None = None
+    holding: bool = True
+
+    def where(self) -> tuple[str, tuple[object, ...]]:
+        """The extra SQL conditions and their values (each binds one parameter)."""
+        where = ""
+        params: tuple[object, ...] = ()
+        if self.admitted is not None:
+            where, params = _ADMITTED, (self.admitted,)
+        if self.phrases is not None:
+            where += _IN_TIER0 if self.holding else _NOT_TIER0
+            params = (*params, self.phrases)
+        return where, params
+
+
+def rowids_json(rowids: Sequence[int]) -> str:
+    """Rowids as the JSON list ``json_each`` reads (built once per search)."""
+    return json.dumps(list(rowids))
+
+
+def rows_matching(conn: sqlite3.Connection, match: str, rowids: Iterable[int]) -> set[int]:
+    """Which of ``rowids`` match ``match`` in ``chunks_fts``."""
+    ids = sorted(set(rowids))
+    if not ids:
+        return set()
+    rows = conn.execute(
+        "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "AND +rowid IN (SELECT value FROM json_each(?))",
+        (match, rowids_json(ids)),
+    )
+    return {int(row[0]) for row in rows}
+
+
+# Extra FTS rows fetched past ``limit`` so ties at the cut can be ordered exactly.
+TIE_MARGIN = 16
+
+_TOP_SQL = (
+    "WITH top AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
+    "WHERE {t} MATCH ?{where} ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
+)
+# With a path weight: every match's bm25() plus the weighted bm25() of its file's path
+# (no bonus when the path does not match), then the best ``limit``. Binds the path MATCH,
+# the chunk MATCH, the ``where`` values and the limit, in that order. Each match finds its
+# file through the narrow covering index ``chunks_file_of``; left to itself the planner reads
+# the wide ``chunks`` row by rowid, which measured +8 ms p50 against +2.8 ms for the 73
+# awesome-copilot queries (benchmarks/path_field_cost.py --joins).
+_TOP_WITH_PATH_SQL = (
+    "WITH p AS (SELECT rowid AS file_id, bm25(" + PATH_TABLE + ") AS score "
+    "FROM " + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
+    "WHERE {t} MATCH ?{where}), "
+    "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
+)
+
+# With the about field (rifflux.store.knowledge's ``chunks_about``: front matter's title,
+# name, description and summary as a field of the file's first chunk). A chunk's score is
+# its own bm25() (0 when its text does not match) + ``{aw}`` × its about bm25() (+ the
+# path's weighted bm25()): ``t1`` ranks the text matches with their about (and path)
+# bonus, ``a`` holds every about match (few: one row per file at most) with its bonus
+# alone, and the union keeps each chunk's lowest. Exact: a first chunk whose text matches
+# but falls outside ``t1`` scores worse than ``t1``'s last row with the bonus, so worse
+# still without it. Only ``a`` is new work; the text matches are ranked as before.
+# Binds [the path MATCH,] the about MATCH and ``where`` values, the chunk MATCH and
+# ``where`` values, then the limit twice.
+_ABOUT_CTES = (
+    "a0 AS (SELECT rowid AS id, {aw} * bm25("
+    + ABOUT_TABLE
+    + ") AS score FROM "
+    + ABOUT_TABLE
+    + " WHERE "
+    + ABOUT_TABLE
+    + " MATCH ?{where}), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} WHERE {t} MATCH ?{where}), "
+)
+_ABOUT_TOP = (
+    "top AS (SELECT id, MIN(score) AS score FROM (SELECT id, score FROM t1 "
+    "UNION ALL SELECT id, score FROM a) GROUP BY id ORDER BY score LIMIT ?) "
+    "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
+    "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
+    "ORDER BY top.score, f.path, c.chunk_index"
+)
+_TOP_ABOUT_SQL = (
+    "WITH " + _ABOUT_CTES + "a AS (SELECT id, score FROM a0), "
+    "t1 AS (SELECT m.id AS id, m.score + coalesce(a.score, 0.0) AS score FROM m "
+    "LEFT JOIN a ON a.id = m.id ORDER BY score LIMIT ?), " + _ABOUT_TOP
+)
+_TOP_ABOUT_WITH_PATH_SQL = (
+    "WITH p AS (SELECT rowid AS file_id, {w} * bm25(" + PATH_TABLE + ") AS score "
+    "FROM "
+    + PATH_TABLE
+    + " WHERE "
+    + PATH_TABLE
+    + " MATCH ?), "
+    + _ABOUT_CTES
+    + "a AS (SELECT a0.id AS id, a0.score + coalesce(p.score, 0.0) AS score FROM a0 "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = a0.id "
+    "LEFT JOIN p ON p.file_id = k.file_id), "
+    "t1 AS (SELECT m.id AS id, m.score + coalesce(p.score, 0.0) + coalesce(a0.score, 0.0) "
+    "AS score FROM m JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id LEFT JOIN a0 ON a0.id = m.id "
+    "ORDER BY score LIMIT ?), " + _ABOUT_TOP
+)
+_ANY_ABOUT_SQL = f"SELECT 1 FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ? LIMIT 1"
+
+
+def any_about_matches(conn: sqlite3.Connection, match: str) -> bool:
+    """Whether the about field applies: the index has the table and some file's about
+    text holds a term of the MATCH."""
+    return has_knowledge(conn) and conn.execute(_ANY_ABOUT_SQL, (match,)).fetchone() is not None
+
+
+# Whether some indexed path holds a term of the MATCH: when none does (SciFact's
+# ``docs/<id>.md``, most queries anywhere) the search skips the path join.
+_ANY_PATH_SQL = f"SELECT 1 FROM {PATH_TABLE} WHERE {PATH_TABLE} MATCH ? LIMIT 1"
+
+
+def any_path_matches(conn: sqlite3.Connection, match: str) -> bool:
+    """Whether the path bonus applies: the index has ``files_fts`` (an index written
+    before it existed gives no bonus until a writer opens it) and a path matches."""
+    return has_path_table(conn) and conn.execute(_ANY_PATH_SQL, (match,)).fetchone() is not None
+
+
+# Extra conditions of the ranked FTS query (each binds one parameter). The phrase tiers
+# always ask chunks_fts, whichever table ranks (rowids are chunk ids in both). ``+rowid``:
+# see the module docstring.
+_ADMITTED = " AND +rowid IN (SELECT value FROM json_each(?))"
+_IN_TIER0 = " AND +rowid IN (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?)"
+_NOT_TIER0 = " AND +rowid NOT IN (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?)"
+
+
+def top_hits(
+    conn: sqlite3.Connection,
+    table: str,
+    match: str,
+    limit: int,
+    *,
+    weights: Bm25Weights,
+    scope: Scope = Scope(),
+    skip: Callable[[sqlite3.Connection, Sequence[int]], set[int]] | None = None,
+    path: str = "",
+    about: bool = False,
+) -> list[LexicalHit]:
+    """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
+    to leave out (they are ranked elsewhere), and the window widens past them; ``scope``
+    restricts the rows. With a ``path`` MATCH (given only when ``weights.path`` > 0) the
+    weighted bm25() of the file's path is added to each row's; with ``about``
+    (``chunks_fts`` only), the weighted bm25() of the about text of a file's first chunk
+    is added to that chunk's, which it may match by alone."""
+    where, params = scope.where()
+    columns = {"h": float(weights.heading), "c": float(weights.content)}
+    limits = 1  # LIMIT placeholders at the end of the SQL
+    if about and table == "chunks_fts":
+        template = _TOP_ABOUT_WITH_PATH_SQL if path else _TOP_ABOUT_SQL
+        sql = template.format(
+            t=table,
+            w=float(weights.path),
+            aw=float(weights.about),
+            where=where,
+            **columns,
+        )
+        bound: tuple[object, ...] = (*((path,) if path else ()), match, *params, match, *params)
+        limits = 2
+    elif path:
+        sql = _TOP_WITH_PATH_SQL.format(t=table, w=float(weights.path), where=where, **columns)
+        bound = (path, match, *params)
+    else:
+        sql = _TOP_SQL.format(t=table, where=where, **columns)
+        bound = (match, *params)
+    fetch = limit + TIE_MARGIN
+    while True:
+        rows = conn.execute(sql, (*bound, *[fetch] * limits)).fetchall()
+        hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+        if skip is not None and hits:
+            skipped = skip(conn, [h.row_id for h in hits])
+            kept = [h for h in hits if h.row_id not in skipped]
+        else:
+            kept = hits
+        if len(hits) < fetch:
+            return kept[:limit]
+        # Rows not fetched score at least hits[-1].bm25, so the cut is exact once a kept
+        # row past it scores worse than the last one kept.
+        if len(kept) > limit and kept[-1].bm25 > kept[limit - 1].bm25:
+            return kept[:limit]
+        fetch *= 4

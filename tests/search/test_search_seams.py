@@ -1,0 +1,50 @@
+"""The seams of the split search service (issue 21): ranking is a function of one read-only
+snapshot, and a CJK query is split by the very tokenizer the writer indexes with."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cjk_docs import CJK_DOCS
+from rifflux_testing import copy_corpus, make_settings
+
+from rifflux.index.indexer import Indexer
+from rifflux.search import ranking
+from rifflux.search.query import build_cjk_match_query
+from rifflux.search.request import SearchRequest
+from rifflux.search.service import SearchService
+from rifflux.store.cjk import side_row
+
+
+def test_ranking_over_a_snapshot_is_the_services_search(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    Indexer(settings).run([copy_corpus(tmp_path / "docs", limit=20)])
+    service = SearchService(settings)
+    for mode, options in [("lexical", {}), ("hybrid", {"fusion": "minmax"}), ("hybrid", {})]:
+        request = SearchRequest.from_arguments(
+            {"query": 'review "pull request" code', "mode": mode, "top_k": 5, **options}
+        )
+        snapshot = service.snapshot()
+        with (deadline := service.deadline()).guarding(snapshot.conn):
+            ranked, warning = ranking.rank(snapshot, request, 5, deadline)
+        assert warning is None and ranked
+        assert ranked == service.search(request.query, top_k=5, mode=mode, **options)
+        assert ranked == service.search_response(request)["results"]
+    service.close()
+
+
+def test_a_cjk_querys_bigrams_are_tokens_the_writer_indexed() -> None:
+    for name, text in CJK_DOCS.items():
+        if name.startswith("en/"):
+            continue  # No CJK text: no side row.
+        heading, _, body = text.partition("\n")
+        row = side_row(1, heading, body)
+        indexed = set(re.findall(r"\w+", f"{row[1]} {row[2]}")) if row else set()
+        runs = re.findall(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]{2,6}", body)[:5]
+        assert runs and indexed
+        for run in runs:
+            match = build_cjk_match_query(run)
+            assert match is not None
+            clauses = [c.strip('"*') for c in match.split(" OR ") if " " not in c]
+            assert clauses and set(clauses) <= indexed, (run, clauses)
