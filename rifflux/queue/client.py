@@ -32,7 +32,7 @@ import structlog
 
 from rifflux.config import Settings
 from rifflux.errors import IndexWriteError, RiffluxError, RootNotFoundError
-from rifflux.index.pipeline import job_options
+from rifflux.index.jobspec import JobSpec
 from rifflux.logs import RotatingFile
 from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
@@ -189,9 +189,9 @@ class IndexQueue:
         for root in roots:
             if not root.exists():
                 raise RootNotFoundError(f"path to index does not exist: {root}")
-        options = job_options(self.settings, force=force, prune_missing=prune_missing)
+        spec = JobSpec.from_settings(self.settings, force=force, prune_missing=prune_missing)
         try:
-            job_id = self._create_and_enqueue([str(r.resolve()) for r in roots], options)
+            job_id = self._create_and_enqueue([str(r.resolve()) for r in roots], spec)
         except (sqlite3.Error, OSError) as exc:
             reason = faults.exception_reason(exc, self.db_path)
             if reason is None:
@@ -200,10 +200,10 @@ class IndexQueue:
         log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
         return job_id
 
-    def _create_and_enqueue(self, roots: list[str], options: dict[str, Any]) -> str:
+    def _create_and_enqueue(self, roots: list[str], spec: JobSpec) -> str:
         conn = open_index(self.db_path)
         try:
-            job_id = jobs.create_job(conn, roots, options)
+            job_id = jobs.create_job(conn, roots, spec.to_dict())
             try:
                 self._enqueue_plan(job_id)
             except Exception as exc:
