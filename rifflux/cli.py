@@ -158,25 +158,29 @@ def cmd_index(args: argparse.Namespace) -> int:
     roots = args.paths or [Path(".")]
     if args.in_process:
         return _index_in_process(settings, roots, args)
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
 
-    queue = IndexQueue(settings)
+    reindexer = Reindexer(settings)
     try:
         if args.no_wait:
-            job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
-            if not queue.index_host_workers():
+            job_id = reindexer.submit(roots, force=args.force, prune_missing=not args.no_prune)
+            if not reindexer.queue.index_host_workers():
                 print(
                     "rifflux: no worker is alive; start one with `rifflux worker`", file=sys.stderr
                 )
             print(json.dumps({"job_id": job_id}) if args.json else job_id)
             return 0
-        queue.ensure_workers(args.workers)
-        job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
         on_progress, line = job_progress(sys.stderr)
-        record = queue.wait(job_id, on_progress=on_progress, start_workers=True)
+        record = reindexer.run(
+            roots,
+            force=args.force,
+            prune_missing=not args.no_prune,
+            processes=args.workers,
+            on_progress=on_progress,
+        )
         line.close()
     finally:
-        queue.close()
+        reindexer.close()
     if args.json:
         _print_json(record.to_dict())
     else:
@@ -280,7 +284,7 @@ def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a supervised pool in this process: a dead child is replaced, the pool stays."""
-    from rifflux.queue.client import worker_environment
+    from workers.launcher import worker_environment
     from workers.pool import PoolSpec, run_pool
 
     settings = _settings(args)

@@ -36,7 +36,6 @@ from rifflux.errors import (
     NoAllowedRootsError,
     PathNotAllowedError,
     RiffluxError,
-    RootNotFoundError,
     SecretPathError,
     shorten,
 )
@@ -51,8 +50,8 @@ from rifflux.index.allowed import (
     unsafe_default_root,
 )
 from rifflux.index.denied import refused_secret, secret_reason
-from rifflux.index.scan import glob_mismatch
-from rifflux.queue.client import IndexQueue
+from rifflux.index.scan import glob_mismatch, require_roots
+from rifflux.reindex import Reindexer
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.store.jobs import JobRecord
@@ -71,11 +70,12 @@ MAX_SKIPPED_IN_RESULT = 20
 
 @dataclass
 class ToolContext:
-    """What the tools work on: settings, the index's SearchService and its IndexQueue."""
+    """What the tools work on: settings, the index's SearchService and its entry point
+    for reindex jobs (a :class:`Reindexer`)."""
 
     settings: Settings
     search: SearchService
-    queue: IndexQueue
+    queue: Reindexer
     # Relative paths in tool arguments resolve against this directory.
     cwd: Path
     # Set by close(): a thread still waiting for a job gives up instead of keeping the
@@ -124,7 +124,7 @@ class ToolContext:
         ctx = cls(
             settings=settings,
             search=SearchService(settings),
-            queue=IndexQueue(settings),
+            queue=Reindexer(settings),
             cwd=cwd,
         )
         if settings.auto_reindex_on_search:
@@ -237,9 +237,7 @@ def resolve_roots(
         given = [str(ctx.cwd)]
     roots = [resolve_against(ctx.cwd, p) for p in given]
     check_allowed(roots, ctx.allowed_roots if allowed is None else allowed)
-    missing = [shorten(str(root)) for root in roots if not root.exists()]
-    if missing:
-        raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
+    require_roots(roots)
     for text, root in zip(given, roots, strict=True):
         lexical = os.path.abspath(ctx.cwd / Path(text).expanduser())
         rule = refused_secret(
