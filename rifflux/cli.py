@@ -19,7 +19,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
@@ -30,6 +30,9 @@ from rifflux.progress import PhaseProgress
 from rifflux.search.request import SearchRequest, add_request_arguments, as_integer
 from rifflux.search.service import SearchService
 from rifflux.status import index_status
+
+if TYPE_CHECKING:
+    from rifflux.index.indexer import IndexReport
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -184,15 +187,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(record.to_dict())
     else:
-        print(
-            f"job {record.id} {record.state}: indexed {record.files_done} files, "
-            f"embedded {record.chunks_embedded} chunks, skipped {record.files_skipped}, "
-            f"deleted {record.files_deleted}, failed {record.files_failed}"
-        )
-        for error in record.errors:
-            print(f"  {error['path'] or '(job)'}: {error['error']}")
-        for skipped in record.skipped:
-            print(f"  skipped {skipped['path']}: {skipped['reason']}")
+        from rifflux.embed.factory import embedder_label_for
+        from rifflux.index.indexer import IndexReport
+
+        _print_report(IndexReport.from_job(record, embedder_label_for(settings)))
     return 0 if record.state == "completed" else EXIT_ERROR
 
 
@@ -203,16 +201,14 @@ def _index_in_process(settings: Settings, roots: list[Path], args: argparse.Name
     if args.json:
         _print_json(report.to_dict())
     else:
-        print(
-            f"indexed {report.files_indexed} files ({report.chunks_written} chunks, "
-            f"{report.vectors_new} embedded, {report.vectors_reused} reused), "
-            f"unchanged {report.files_unchanged + report.files_metadata_only}, "
-            f"deleted {report.files_deleted}, skipped {len(report.skipped)} "
-            f"in {report.duration_s:.2f}s"
-        )
-        for skipped in report.skipped:
-            print(f"  skipped {skipped.rel_path}: {skipped.reason}")
+        _print_report(report)
     return 0
+
+
+def _print_report(report: IndexReport) -> None:
+    """The one rendering of an index run, in-process or queued."""
+    for line in report.lines():
+        print(line)
 
 
 def _repair(settings: Settings, args: argparse.Namespace) -> int:

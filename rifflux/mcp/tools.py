@@ -50,6 +50,7 @@ from rifflux.index.allowed import (
     unsafe_default_root,
 )
 from rifflux.index.denied import refused_secret, secret_reason
+from rifflux.index.indexer import IndexReport
 from rifflux.index.scan import glob_mismatch, require_roots
 from rifflux.reindex import Reindexer
 from rifflux.search.request import SearchRequest
@@ -323,15 +324,23 @@ def reindex(
     )
     if job.state != "completed":
         raise RiffluxError(job_failure(job))
+    model = ctx.search.stored_model() or ctx.search.embedder_label
+    return reindex_result(IndexReport.from_job(job, model), roots, ctx.settings)
+
+
+def reindex_result(
+    report: IndexReport, roots: Sequence[Path], settings: Settings
+) -> dict[str, Any]:
+    """The ``reindex`` tool's answer: the job's report, in the tool's keys."""
     return {
-        "indexed_files": job.files_done,
-        "skipped_files": job.files_skipped,
-        "deleted_files": job.files_deleted,
-        "skipped": job.skipped[:MAX_SKIPPED_IN_RESULT],
+        "indexed_files": report.files_indexed,
+        "skipped_files": report.files_skipped,
+        "deleted_files": report.files_deleted,
+        "skipped": report.skipped_dicts()[:MAX_SKIPPED_IN_RESULT],
         "indexed_paths": [str(root) for root in roots],
-        "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
-        "embedding_backend": ctx.settings.embedding_backend,
-        "job_id": job_id,
+        "embedding_model": report.embedding_model,
+        "embedding_backend": settings.embedding_backend,
+        "job_id": report.job_id,
     }
 
 
