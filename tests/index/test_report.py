@@ -1,14 +1,10 @@
 """One report of an index run: a queued job's record seen as an IndexReport renders the
-same lines as an in-process run, and the MCP reindex tool reads the same fields."""
+same lines as an in-process run."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from rifflux.config import Settings
 from rifflux.index.indexer import IndexReport
 from rifflux.index.scan import SkippedFile
-from rifflux.mcp.tools import reindex_result
 from rifflux.store.jobs import JobRecord
 
 
@@ -57,17 +53,3 @@ def test_a_job_report_renders_as_an_in_process_report_does() -> None:
         "indexed 4 files (11 chunks, 7 embedded), skipped 3, deleted 1, failed 0 in 2.50s",
         "  skipped docs/big.md: larger than 5000000 bytes",
     ]
-
-
-def test_the_reindex_tool_answers_with_the_reports_fields_in_its_keys() -> None:
-    report = IndexReport.from_job(job_record(), "hash:384")
-    assert reindex_result(report, [Path("/srv/docs")], Settings(embedding_backend="hash")) == {
-        "indexed_files": 4,
-        "skipped_files": 3,
-        "deleted_files": 1,
-        "skipped": [{"path": "docs/big.md", "reason": "larger than 5000000 bytes"}],
-        "indexed_paths": ["/srv/docs"],
-        "embedding_model": "hash:384",
-        "embedding_backend": "hash",
-        "job_id": "j1",
-    }
