@@ -32,7 +32,8 @@ from corpus_sample import copy_files
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
-from rifflux.queue.client import IndexQueue, onnx_threads_per_worker
+from rifflux.queue.client import IndexQueue
+from workers.launcher import launch_local_pool, onnx_threads_per_worker
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 
@@ -82,7 +83,7 @@ def pipeline(corpus: Path, processes: int, work: Path) -> float:
     settings = Settings.from_env().with_overrides(
         db_path=work / "index" / "index.db", embedding_backend="onnx", workers=processes
     )
-    queue = IndexQueue(settings)
+    queue = IndexQueue(settings, launcher=launch_local_pool)
     try:
         queue.start_pool(processes)
         deadline = time.monotonic() + 120

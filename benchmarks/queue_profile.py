@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from rifflux.config import Settings
 from rifflux.embed.factory import make_embedder
 from rifflux.index import pipeline
+from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import (
     ChunkRequest,
     EmbedRequest,
@@ -77,7 +78,9 @@ def profile(corpus: Path, backend: str) -> dict[str, Any]:
         embedder.embed_batch(["warm-up"])
         conn = open_index(settings.db_path)
         job_id = jobs.create_job(
-            conn, [str(corpus)], pipeline.job_options(settings, force=False, prune_missing=True)
+            conn,
+            [str(corpus)],
+            JobSpec.from_settings(settings, force=False, prune_missing=True).to_dict(),
         )
         db = str(settings.db_path)
         clock = Clock()

@@ -39,6 +39,7 @@ from scale_corpus import Vocabulary, generate
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
 from rifflux.search.service import SearchService
+from workers.launcher import launch_local_pool
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 
@@ -190,7 +191,7 @@ def main() -> int:
             workers=args.processes,
             base_dir=args.workdir,
         )
-        queue = IndexQueue(settings)
+        queue = IndexQueue(settings, launcher=launch_local_pool)
         try:
             pool = queue.start_pool(args.processes)
             deadline = time.monotonic() + 120

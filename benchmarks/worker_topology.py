@@ -28,7 +28,8 @@ DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
 
 def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
     from rifflux.config import Settings
-    from rifflux.queue.client import IndexQueue, worker_command, worker_environment
+    from rifflux.queue.client import IndexQueue
+    from workers.launcher import worker_command, worker_environment
 
     processes, threads = (int(x) for x in topology.split("x"))
     workdir = Path(tempfile.mkdtemp(prefix=f"rifflux-topology-{topology}-"))

@@ -19,7 +19,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
@@ -30,6 +30,9 @@ from rifflux.progress import PhaseProgress
 from rifflux.search.request import SearchRequest, add_request_arguments, as_integer
 from rifflux.search.service import SearchService
 from rifflux.status import check_index, index_status
+
+if TYPE_CHECKING:
+    from rifflux.index.indexer import IndexReport
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -158,37 +161,36 @@ def cmd_index(args: argparse.Namespace) -> int:
     roots = args.paths or [Path(".")]
     if args.in_process:
         return _index_in_process(settings, roots, args)
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
 
-    queue = IndexQueue(settings)
+    reindexer = Reindexer(settings)
     try:
         if args.no_wait:
-            job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
-            if not queue.index_host_workers():
+            job_id = reindexer.submit(roots, force=args.force, prune_missing=not args.no_prune)
+            if not reindexer.queue.index_host_workers():
                 print(
                     "rifflux: no worker is alive; start one with `rifflux worker`", file=sys.stderr
                 )
             print(json.dumps({"job_id": job_id}) if args.json else job_id)
             return 0
-        queue.ensure_workers(args.workers)
-        job_id = queue.submit(roots, force=args.force, prune_missing=not args.no_prune)
         on_progress, line = job_progress(sys.stderr)
-        record = queue.wait(job_id, on_progress=on_progress, start_workers=True)
+        record = reindexer.run(
+            roots,
+            force=args.force,
+            prune_missing=not args.no_prune,
+            processes=args.workers,
+            on_progress=on_progress,
+        )
         line.close()
     finally:
-        queue.close()
+        reindexer.close()
     if args.json:
         _print_json(record.to_dict())
     else:
-        print(
-            f"job {record.id} {record.state}: indexed {record.files_done} files, "
-            f"embedded {record.chunks_embedded} chunks, skipped {record.files_skipped}, "
-            f"deleted {record.files_deleted}, failed {record.files_failed}"
-        )
-        for error in record.errors:
-            print(f"  {error['path'] or '(job)'}: {error['error']}")
-        for skipped in record.skipped:
-            print(f"  skipped {skipped['path']}: {skipped['reason']}")
+        from rifflux.embed.factory import embedder_label_for
+        from rifflux.index.indexer import IndexReport
+
+        _print_report(IndexReport.from_job(record, embedder_label_for(settings)))
     return 0 if record.state == "completed" else EXIT_ERROR
 
 
@@ -199,16 +201,14 @@ def _index_in_process(settings: Settings, roots: list[Path], args: argparse.Name
     if args.json:
         _print_json(report.to_dict())
     else:
-        print(
-            f"indexed {report.files_indexed} files ({report.chunks_written} chunks, "
-            f"{report.vectors_new} embedded, {report.vectors_reused} reused), "
-            f"unchanged {report.files_unchanged + report.files_metadata_only}, "
-            f"deleted {report.files_deleted}, skipped {len(report.skipped)} "
-            f"in {report.duration_s:.2f}s"
-        )
-        for skipped in report.skipped:
-            print(f"  skipped {skipped.rel_path}: {skipped.reason}")
+        _print_report(report)
     return 0
+
+
+def _print_report(report: IndexReport) -> None:
+    """The one rendering of an index run, in-process or queued."""
+    for line in report.lines():
+        print(line)
 
 
 def _repair(settings: Settings, args: argparse.Namespace) -> int:
@@ -280,7 +280,7 @@ def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a supervised pool in this process: a dead child is replaced, the pool stays."""
-    from rifflux.queue.client import worker_environment
+    from workers.launcher import worker_environment
     from workers.pool import PoolSpec, run_pool
 
     settings = _settings(args)

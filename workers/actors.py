@@ -52,9 +52,13 @@ from rifflux.index.messages import (
 from rifflux.queue import names
 from rifflux.queue.presence import report_write_fault
 from rifflux.store import faults
-from workers.setup import settings
+from workers import setup
 
 log = structlog.get_logger(__name__)
+
+# This worker process's own settings (broker, embedder threads): set up before the actors
+# below declare on the broker. A job's settings come from its JobSpec (``pipeline``).
+settings = setup.configure()
 
 # Dramatiq time limits and retry policy, in milliseconds.
 EMBED_TIME_LIMIT_MS = 30 * 60_000

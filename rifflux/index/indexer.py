@@ -32,6 +32,7 @@ from rifflux.index.pipeline import (
 from rifflux.index.prepare import chunk_file, embed_texts
 from rifflux.index.scan import SkippedFile
 from rifflux.store.connection import open_index
+from rifflux.store.jobs import JobRecord
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish_quietly
 
@@ -45,6 +46,14 @@ EMBED_BATCH_FILES = 64
 
 @dataclass(slots=True)
 class IndexReport:
+    """The one report of an index run, in-process (:class:`Indexer`) or as a queued job
+    (:meth:`from_job`, a view of its :class:`~rifflux.store.jobs.JobRecord`), rendered
+    one way (:meth:`lines`) by the CLI; the MCP ``reindex`` tool reads the same fields.
+
+    ``files_skipped`` counts every scanned file not (re)indexed: unchanged, only its
+    mtime refreshed, or skipped with a reason (listed in ``skipped``).
+    """
+
     roots: list[str]
     embedding_model: str
     files_scanned: int = 0
@@ -57,11 +66,55 @@ class IndexReport:
     vectors_reused: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
     duration_s: float = 0.0
+    # A queued job's id and state; None and "completed" for an in-process run.
+    job_id: str | None = None
+    state: str = "completed"
+    files_skipped: int = 0
+    files_failed: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def from_job(cls, record: JobRecord, embedding_model: str) -> IndexReport:
+        """The report of a queued job, from its record."""
+        ended = record.finished_at or record.updated_at
+        began = record.started_at or record.created_at
+        return cls(
+            roots=list(record.roots),
+            embedding_model=embedding_model,
+            files_scanned=record.files_total,
+            files_indexed=record.files_done,
+            files_deleted=record.files_deleted,
+            chunks_written=record.chunks_written,
+            vectors_new=record.chunks_embedded,
+            skipped=[SkippedFile(s["path"], s["reason"]) for s in record.skipped],
+            duration_s=round(max(0.0, ended - began), 3),
+            job_id=record.id,
+            state=record.state,
+            files_skipped=record.files_skipped,
+            files_failed=record.files_failed,
+            errors=list(record.errors),
+        )
+
+    def skipped_dicts(self) -> list[dict[str, str]]:
+        return [{"path": s.rel_path, "reason": s.reason} for s in self.skipped]
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["skipped"] = [{"path": s.rel_path, "reason": s.reason} for s in self.skipped]
+        data["skipped"] = self.skipped_dicts()
         return data
+
+    def lines(self) -> list[str]:
+        """The human-readable report: one summary line, then errors and skipped files."""
+        head = f"job {self.job_id} {self.state}: " if self.job_id else ""
+        lines = [
+            f"{head}indexed {self.files_indexed} files ({self.chunks_written} chunks, "
+            f"{self.vectors_new} embedded), skipped {self.files_skipped}, "
+            f"deleted {self.files_deleted}, failed {self.files_failed} "
+            f"in {self.duration_s:.2f}s"
+        ]
+        lines += [f"  {e.get('path') or '(job)'}: {e.get('error', '?')}" for e in self.errors]
+        lines += [f"  skipped {s.rel_path}: {s.reason}" for s in self.skipped]
+        return lines
 
 
 class Indexer:
@@ -132,6 +185,9 @@ class Indexer:
             report.skipped.extend(SkippedFile(d.rel_path, d.reason) for d in tally.skipped)
             report.files_unchanged = tally.unchanged
             report.files_metadata_only = refresh_unchanged(conn, tally)
+            report.files_skipped = (
+                report.files_unchanged + report.files_metadata_only + len(report.skipped)
+            )
             if prune_missing:
                 doomed = doomed_paths(conn, found)
                 report.files_deleted = IndexWriter(conn).delete_files(doomed) if doomed else 0

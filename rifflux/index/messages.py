@@ -10,7 +10,11 @@ fields or their meaning.
 A batch crosses three messages, one per phase: ``ChunkRequest`` (file texts, to chunk and
 write as keyword-searchable rows), ``EmbedRequest`` (only the texts that still lack a
 vector) and ``VectorsRequest`` (the new vectors, keyed by the sha256 of the embedded text).
-Vectors travel compactly: base64 of raw little-endian float32 (a 384-d vector is 2 KB).
+The job's settings (chunk sizes, globs, the embedder: its
+:class:`~rifflux.index.jobspec.JobSpec`) are not repeated here: the steps that need them
+read them from the job record the message names (version 3 dropped the chunk sizes
+from ``ChunkRequest``). Vectors travel compactly: base64 of raw little-endian float32
+(a 384-d vector is 2 KB).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 from rifflux.errors import MessageVersionError
 from rifflux.index.changes import FileWork
 
-MESSAGE_VERSION = 2
+MESSAGE_VERSION = 3
 
 
 def _check(data: Mapping[str, Any], kind: str) -> None:
@@ -104,8 +108,6 @@ class ChunkRequest:
     batch_no: int
     files: tuple[FileWork, ...]
     model: str
-    max_chunk_chars: int
-    min_chunk_chars: int
     # Planned files that vanished or turned unindexable before they were read.
     vanished: tuple[str, ...] = ()
     retries: int = 0
@@ -131,8 +133,6 @@ class ChunkRequest:
                 for w in self.files
             ],
             "model": self.model,
-            "max_chunk_chars": self.max_chunk_chars,
-            "min_chunk_chars": self.min_chunk_chars,
             "vanished": list(self.vanished),
             "retries": self.retries,
         }
@@ -149,8 +149,6 @@ class ChunkRequest:
                 for f in data["files"]
             ),
             model=str(data["model"]),
-            max_chunk_chars=int(data["max_chunk_chars"]),
-            min_chunk_chars=int(data["min_chunk_chars"]),
             vanished=tuple(data["vanished"]),
             retries=int(data["retries"]),
         )

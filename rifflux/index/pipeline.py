@@ -27,9 +27,11 @@ Dramatiq actors (``workers/actors.py``) run the job steps below, one message eac
 steps take and return the typed messages of :mod:`rifflux.index.messages`; sending is the
 caller's (``SendChunk``, ``SendEmbed``), so nothing here imports Dramatiq or ``rifflux.queue``.
 
-A job describes itself (globs, the deny list's override, chunk sizes captured at
-submission in its ``options``; its own roots bound where symlinks lead), so workers
-with another environment still index exactly what the front process asked for. Every
+A job describes itself: its :class:`~rifflux.index.jobspec.JobSpec` (globs, the deny
+list's override, chunk sizes, the embedder, captured at submission and stored in the
+job row) and its own roots (which bound where symlinks lead). Each step reads the spec
+from the job record, so workers with another environment still index exactly what the
+front process asked for; the messages name the job and never repeat the spec. Every
 step is idempotent: a redelivered message changes nothing twice.
 """
 
@@ -44,7 +46,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -65,6 +67,7 @@ from rifflux.index.changes import (
     sort_decisions,
 )
 from rifflux.index.denied import refused_secret
+from rifflux.index.jobspec import JobSpec
 from rifflux.index.kinds import KNOWLEDGE_VERSION
 from rifflux.index.messages import (
     BatchFailure,
@@ -106,48 +109,6 @@ PUBLISH_COST_FACTOR = 20.0
 SendChunk = Callable[[ChunkRequest], None]
 SendEmbed = Callable[[EmbedRequest], None]
 R = TypeVar("R", ChunkRequest, EmbedRequest, VectorsRequest)
-
-
-# -- settings a job carries ----------------------------------------------------------
-
-
-def job_options(
-    settings: Settings,
-    *,
-    force: bool,
-    prune_missing: bool,
-) -> dict[str, Any]:
-    """Everything a worker needs to reproduce the front process's indexing settings.
-
-    Symlinks are followed only into the job's own roots, so no other bound travels.
-    """
-    return {
-        "force": force,
-        "prune_missing": prune_missing,
-        "include_globs": list(settings.include_globs),
-        "exclude_globs": list(settings.exclude_globs),
-        "max_file_bytes": settings.max_file_bytes,
-        "max_chunk_chars": settings.max_chunk_chars,
-        "min_chunk_chars": settings.min_chunk_chars,
-        "batch_target_bytes": settings.batch_target_bytes,
-        "base_dir": str(settings.base_dir) if settings.base_dir else None,
-        "allow_secret_paths": settings.allow_secret_paths,
-    }
-
-
-def job_settings(settings: Settings, db_path: str, options: dict[str, Any]) -> Settings:
-    return settings.with_overrides(
-        db_path=Path(db_path),
-        include_globs=tuple(options["include_globs"]),
-        exclude_globs=tuple(options["exclude_globs"]),
-        max_file_bytes=options["max_file_bytes"],
-        max_chunk_chars=options["max_chunk_chars"],
-        min_chunk_chars=options["min_chunk_chars"],
-        batch_target_bytes=options["batch_target_bytes"],
-        base_dir=Path(options["base_dir"]) if options.get("base_dir") else None,
-        # A job from before the deny list existed gets the safe default.
-        allow_secret_paths=bool(options.get("allow_secret_paths", False)),
-    )
 
 
 # -- stages shared by the in-process indexer and the job steps -------------------------
@@ -332,7 +293,8 @@ def plan(
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
             return PlanOutcome(0)
-        cfg = job_settings(settings, db_path, job.options)
+        spec = JobSpec.from_dict(job.options)
+        cfg = spec.settings_for(settings, db_path)
         label = embedder_label_for(cfg)
         if not job.planned and not _make_plan(conn, cfg, job, label):
             return PlanOutcome(0)
@@ -356,8 +318,6 @@ def plan(
                     batch_no=batch_no,
                     files=tuple(works),
                     model=label,
-                    max_chunk_chars=cfg.max_chunk_chars,
-                    min_chunk_chars=cfg.min_chunk_chars,
                     vanished=tuple(vanished),
                 )
             )
@@ -375,11 +335,11 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
     Besides the changed files, files that are stored but still lack vectors (an earlier
     job failed in its vector phase) get batches that start at the vector phase.
     """
-    job_id, options = job.id, job.options
+    job_id, spec = job.id, JobSpec.from_dict(job.options)
     with transaction(conn):
         jobs.update_job(conn, job_id, state="running", started_at=time.time())
     try:
-        found = survey(conn, cfg, [Path(r) for r in job.roots], label=label, force=options["force"])
+        found = survey(conn, cfg, [Path(r) for r in job.roots], label=label, force=spec.force)
     except RiffluxError as exc:
         _fail_job(conn, job_id, str(exc))
         return False
@@ -391,7 +351,7 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
     target = batch_bytes_for(sum(w.size_bytes for w in changed), cfg.batch_target_bytes)
     batches = [[w.rel_path for w in b] for b in batch_by_bytes(changed, target)]
     refresh_unchanged(conn, tally)
-    prune = doomed_paths(conn, found) if options["prune_missing"] else []
+    prune = doomed_paths(conn, found) if spec.prune_missing else []
     rechunked = {w.rel_path for w in changed}
     unembedded = [
         p
@@ -496,10 +456,6 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
     still waits for vectors its embed request is rebuilt from the index and sent again.
     """
     job_id, batch_no = request.job_id, request.batch_no
-    files = [
-        chunk_file(work, max_chars=request.max_chunk_chars, min_chars=request.min_chunk_chars)
-        for work in request.files
-    ]
     paths = request.paths
     conn = open_index(request.db_path)
     try:
@@ -507,6 +463,11 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
         if job is None or job.finished:
             # Cancelled, or failed by a write fault while its batches were in flight.
             return RowsOutcome(None, False)
+        spec = JobSpec.from_dict(job.options)
+        files = [
+            chunk_file(work, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars)
+            for work in request.files
+        ]
         state = jobs.batch_state(conn, job_id, batch_no)
         if state != "pending":
             if state == "chunked":
@@ -596,6 +557,7 @@ def write_vectors(request: VectorsRequest) -> bool:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
             return False
+        vector_index = JobSpec.from_dict(job.options).vector_index
         retries = request.retries
 
         def count_busy_retry(_attempt: int, _exc: BaseException) -> None:
@@ -625,7 +587,7 @@ def write_vectors(request: VectorsRequest) -> bool:
     finally:
         conn.close()
     if not ready:
-        publish_if_due(request.db_path)
+        publish_if_due(request.db_path, vector_index)
     return ready
 
 
@@ -633,7 +595,7 @@ _last_publish_seconds = 0.0
 _publishing = threading.Lock()
 
 
-def publish_if_due(db_path: str | Path) -> None:
+def publish_if_due(db_path: str | Path, vector_index: str) -> None:
     """Publish the vector cache while a job's vector phase runs, when it is due (see
     :data:`PUBLISH_EVERY_SECONDS`): semantic search sees new vectors in steps during a
     long job, not only when it ends. Finalize always publishes.
@@ -652,15 +614,21 @@ def publish_if_due(db_path: str | Path) -> None:
     if age < due_after or not _publishing.acquire(blocking=False):
         return
     threading.Thread(
-        target=_publish_in_background, args=(db_path,), name="rifflux-publish", daemon=True
+        target=_publish_in_background,
+        args=(db_path, vector_index),
+        name="rifflux-publish",
+        daemon=True,
     ).start()
 
 
-def _publish_in_background(db_path: str | Path) -> None:
+def _publish_in_background(db_path: str | Path, vector_index: str) -> None:
     global _last_publish_seconds
     try:
         started = time.perf_counter()
-        if publish(db_path, source="vectors", blocking=False) is not None:
+        if (
+            publish(db_path, source="vectors", blocking=False, vector_index=vector_index)
+            is not None
+        ):
             _last_publish_seconds = time.perf_counter() - started
     except Exception as exc:
         log.exception("vectors.publish_failed", db_path=str(db_path), error=str(exc))
@@ -717,7 +685,8 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
         if job is None or job.finished:
             return job
         prune = list(job.prune_paths)
-        publish_quietly(db_path, source="finalize", trust_stamps=True)
+        vector_index = JobSpec.from_dict(job.options).vector_index
+        publish_quietly(db_path, source="finalize", trust_stamps=True, vector_index=vector_index)
         deleted = 0
         with transaction(conn):
             current = jobs.get_job(conn, job_id)
@@ -727,7 +696,9 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
                 jobs.update_job(conn, job_id, state=state, finished_at=time.time())
                 jobs.add_counts(conn, job_id, files_deleted=deleted)
         if deleted:
-            publish_quietly(db_path, source="finalize", trust_stamps=True)
+            publish_quietly(
+                db_path, source="finalize", trust_stamps=True, vector_index=vector_index
+            )
         record = jobs.get_job(conn, job_id)
         if record is not None:
             log.info(

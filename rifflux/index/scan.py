@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rifflux.errors import RootNotFoundError
+from rifflux.errors import RootNotFoundError, shorten
 from rifflux.index.allowed import real, real_is_within
 from rifflux.index.denied import dir_rule, name_rule, refused_secret, secret_reason
 from rifflux.store.own_files import IndexFiles
@@ -135,6 +135,13 @@ def glob_mismatch(
     """True if a file named ``path`` is not indexable by name (judged by its basename)."""
     name = os.path.basename(os.path.normpath(path))
     return matches_any(name, exclude_globs) or not matches_any(name, include_globs)
+
+
+def require_roots(roots: Sequence[Path]) -> None:
+    """Refuse, in one line naming each, roots that do not exist (before a job is made)."""
+    missing = [shorten(str(root)) for root in roots if not root.exists()]
+    if missing:
+        raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
 
 
 def scan_roots(

@@ -414,12 +414,7 @@ def build_server(settings: Settings, *, context: ToolContext | None = None) -> R
 def ensure_workers_in_background(ctx: ToolContext) -> None:
     """Start a local worker pool later, only if no worker shows up within
     ``RIFFLUX_STARTUP_WORKER_GRACE_SECONDS`` (the Procfile's workers boot beside us)."""
-    threading.Thread(
-        target=ctx.queue.ensure_workers,
-        kwargs={"grace_seconds": ctx.settings.startup_worker_grace_seconds},
-        name="rifflux-startup-workers",
-        daemon=True,
-    ).start()
+    ctx.queue.ensure_workers_in_background(ctx.settings.startup_worker_grace_seconds)
 
 
 def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> str:
@@ -429,6 +424,14 @@ def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> s
     ensure_workers_in_background(ctx)
     log.info("mcp.reindex_on_start", job_id=job_id, roots=[str(r) for r in roots])
     return job_id
+
+
+def start_watcher(ctx: ToolContext, roots: Sequence[Path]) -> FileWatcher:
+    """Watch ``roots``, submitting through the context's entry point; start workers later
+    only if none appears."""
+    watcher = FileWatcher(ctx.settings, roots, ctx.queue).start()
+    ensure_workers_in_background(ctx)
+    return watcher
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -477,8 +480,7 @@ def run_server(
             paths = settings.file_watcher_paths
             watch_roots = startup_roots(context, paths, "RIFFLUX_FILE_WATCHER_PATHS")
         if watch_roots:
-            watcher = FileWatcher(context.settings, watch_roots, context.queue).start()
-            ensure_workers_in_background(context)
+            watcher = start_watcher(context, watch_roots)
         refusal = context.no_default_root()
         if refusal is not None:
             # Once, after the startup paths passed (a refused one already said as much).

@@ -36,7 +36,6 @@ from rifflux.errors import (
     NoAllowedRootsError,
     PathNotAllowedError,
     RiffluxError,
-    RootNotFoundError,
     SecretPathError,
     shorten,
 )
@@ -51,8 +50,9 @@ from rifflux.index.allowed import (
     unsafe_default_root,
 )
 from rifflux.index.denied import refused_secret, secret_reason
-from rifflux.index.scan import glob_mismatch
-from rifflux.queue.client import IndexQueue
+from rifflux.index.indexer import IndexReport
+from rifflux.index.scan import glob_mismatch, require_roots
+from rifflux.reindex import Reindexer
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.store.jobs import JobRecord
@@ -71,11 +71,12 @@ MAX_SKIPPED_IN_RESULT = 20
 
 @dataclass
 class ToolContext:
-    """What the tools work on: settings, the index's SearchService and its IndexQueue."""
+    """What the tools work on: settings, the index's SearchService and its entry point
+    for reindex jobs (a :class:`Reindexer`)."""
 
     settings: Settings
     search: SearchService
-    queue: IndexQueue
+    queue: Reindexer
     # Relative paths in tool arguments resolve against this directory.
     cwd: Path
     # Set by close(): a thread still waiting for a job gives up instead of keeping the
@@ -124,7 +125,7 @@ class ToolContext:
         ctx = cls(
             settings=settings,
             search=SearchService(settings),
-            queue=IndexQueue(settings),
+            queue=Reindexer(settings),
             cwd=cwd,
         )
         if settings.auto_reindex_on_search:
@@ -237,9 +238,7 @@ def resolve_roots(
         given = [str(ctx.cwd)]
     roots = [resolve_against(ctx.cwd, p) for p in given]
     check_allowed(roots, ctx.allowed_roots if allowed is None else allowed)
-    missing = [shorten(str(root)) for root in roots if not root.exists()]
-    if missing:
-        raise RootNotFoundError(f"path to index does not exist: {', '.join(missing)}")
+    require_roots(roots)
     for text, root in zip(given, roots, strict=True):
         lexical = os.path.abspath(ctx.cwd / Path(text).expanduser())
         rule = refused_secret(
@@ -325,15 +324,23 @@ def reindex(
     )
     if job.state != "completed":
         raise RiffluxError(job_failure(job))
+    model = ctx.search.stored_model() or ctx.search.embedder_label
+    return reindex_result(IndexReport.from_job(job, model), roots, ctx.settings)
+
+
+def reindex_result(
+    report: IndexReport, roots: Sequence[Path], settings: Settings
+) -> dict[str, Any]:
+    """The ``reindex`` tool's answer: the job's report, in the tool's keys."""
     return {
-        "indexed_files": job.files_done,
-        "skipped_files": job.files_skipped,
-        "deleted_files": job.files_deleted,
-        "skipped": job.skipped[:MAX_SKIPPED_IN_RESULT],
+        "indexed_files": report.files_indexed,
+        "skipped_files": report.files_skipped,
+        "deleted_files": report.files_deleted,
+        "skipped": report.skipped_dicts()[:MAX_SKIPPED_IN_RESULT],
         "indexed_paths": [str(root) for root in roots],
-        "embedding_model": ctx.search.stored_model() or ctx.search.embedder_label,
-        "embedding_backend": ctx.settings.embedding_backend,
-        "job_id": job_id,
+        "embedding_model": report.embedding_model,
+        "embedding_backend": settings.embedding_backend,
+        "job_id": report.job_id,
     }
 
 

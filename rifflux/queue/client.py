@@ -1,9 +1,11 @@
-"""The front process's side of the queue: submit jobs, follow them, find or start workers.
+"""The front process's side of the queue: submit jobs and follow them.
 
-The front process never indexes. It records a job, enqueues the plan message by actor
-name (it does not import the actors), and, when no worker is alive, starts a local
-pool of ``dramatiq`` worker processes for the job; the pool's output comes back through
-a pipe (:mod:`rifflux.queue.pool_output`), which this process writes to ``workers.log``.
+The front process never indexes. It records a job (with its
+:class:`~rifflux.index.jobspec.JobSpec`) and enqueues the plan message by actor name (it
+does not import the actors). It starts no process itself: a client given a
+:data:`Launcher` (``workers.launcher.launch_local_pool``, by :mod:`rifflux.reindex`) can
+start a local pool when a job it waits on stalls, and keeps that pool in ``pool``;
+one built without a launcher says the job is stalled instead.
 
 A waiting client ends its wait, with one line, on a write no retry fixes
 (:mod:`rifflux.store.faults`: disk full, read-only, I/O error, a lost WAL), whichever
@@ -15,28 +17,22 @@ index and queue databases. It then records the reason in the job row if it can.
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 import structlog
 
 from rifflux.config import Settings
-from rifflux.errors import IndexWriteError, RiffluxError, RootNotFoundError
-from rifflux.index.pipeline import job_options
-from rifflux.logs import RotatingFile
+from rifflux.errors import IndexWriteError, RiffluxError
+from rifflux.index.jobspec import JobSpec
+from rifflux.index.scan import require_roots
 from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
-from rifflux.queue.pool_output import PoolOutput
 from rifflux.queue.presence import PresenceStore, presence_store_for
 from rifflux.store import faults, jobs
 from rifflux.store.connection import open_index
@@ -47,11 +43,6 @@ log = structlog.get_logger(__name__)
 # short interval costs nothing measurable and a job that took ~5 s is not reported
 # up to a quarter of a second late (it was 0.25 s).
 JOB_POLL_SECONDS = 0.05
-# How often ensure_workers looks for heartbeats while giving booting workers a grace.
-WORKER_POLL_SECONDS = 0.5
-# How long a local pool gets to finish in-flight messages after SIGTERM (its own
-# children get 30 s; this leaves room for them).
-POOL_STOP_SECONDS = 40.0
 # A pool started for a stalled job gets at least this long to boot before the job can
 # be declared stalled again (a crash-looping pool exits sooner, which ends the wait).
 POOL_BOOT_SECONDS = 30.0
@@ -62,8 +53,6 @@ STALL_CHECK_SECONDS = 1.0
 # (free space, a read-only file, a lost WAL): a busy worker moves a job every few
 # seconds, and a fault found this way stays until someone fixes it.
 FAULT_PROBE_IDLE_SECONDS = 3.0
-# How long a stopped pool's output gets to drain into workers.log.
-POOL_OUTPUT_DRAIN_SECONDS = 5.0
 
 ProgressCallback = Callable[[jobs.JobRecord], None]
 
@@ -76,82 +65,34 @@ class JobStalled(RiffluxError):
     """A job has pending work that no live worker can take (see :mod:`stall`)."""
 
 
-@dataclass
-class LocalPool:
-    """Worker processes this front process started, stopped when it is done with them;
-    their output is pumped into ``log_path`` by ``output``."""
+class PoolHandle(Protocol):
+    """A local worker pool this process started (``workers.launcher.LocalPool``): the
+    client watches that it stays alive and reads the write faults it announces."""
 
-    process: subprocess.Popen[bytes]
     log_path: Path
-    output: PoolOutput
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
+    def alive(self) -> bool: ...
 
-    def stop(self) -> None:
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=POOL_STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.output.join(POOL_OUTPUT_DRAIN_SECONDS)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+    def stop(self) -> None: ...
+
+    def fault_for(self, job_id: str, *, created_at: float) -> str | None: ...
 
 
-def worker_command(
-    processes: int,
-    threads: int = 1,
-    queues: Sequence[str] = (),
-    *,
-    parent_pid: int | None = None,
-    log_name: str | None = None,
-) -> list[str]:
-    """The command line of a supervised worker pool (``workers.pool``)."""
-    command = [sys.executable, "-m", "workers.pool", "--processes", str(processes)]
-    command += ["--threads", str(threads)]
-    if queues:
-        command += ["--queues", *queues]
-    if parent_pid is not None:
-        command += ["--parent-pid", str(parent_pid)]
-    if log_name is not None:
-        command += ["--log-name", log_name]
-    return command
-
-
-def onnx_threads_per_worker(settings: Settings, processes: int) -> int:
-    """ONNX intra-op threads for each of ``processes`` workers: the cores split evenly.
-
-    Measured on 2 cores (BENCHMARKS.md, worker topology): one single-threaded ONNX
-    session per core beats one process using both cores.
-    """
-    if settings.onnx_threads:
-        return settings.onnx_threads
-    return max(1, (os.cpu_count() or 1) // max(1, processes))
-
-
-def worker_environment(settings: Settings, processes: int | None = None) -> dict[str, str]:
-    """The environment that points workers at this front process's index and broker."""
-    env = dict(os.environ)
-    env["RIFFLUX_DB_PATH"] = str(settings.db_path.resolve())
-    env["RIFFLUX_BROKER_URL"] = settings.resolved_broker_url
-    env["RIFFLUX_EMBEDDING_BACKEND"] = settings.embedding_backend
-    count = processes or settings.workers
-    env["RIFFLUX_ONNX_THREADS"] = str(onnx_threads_per_worker(settings, count))
-    return env
+Launcher = Callable[[Settings, int], PoolHandle]
+"""Starts a local pool of N workers for the index of the given settings
+(``workers.launcher.launch_local_pool``); injected, so ``queue/`` starts no process."""
 
 
 class IndexQueue:
     """Submit reindex jobs for one index database and follow them."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, launcher: Launcher | None = None) -> None:
         self.settings = settings
         self.db_path = settings.db_path.resolve()
+        self.launcher = launcher
         self._broker: dramatiq.Broker | None = None
         self._presence: PresenceStore | None = None
-        self.pool: LocalPool | None = None
+        self.pool: PoolHandle | None = None
         # Guards the lazily built broker and the local pool: MCP tools call from threads.
         self._lock = threading.RLock()
 
@@ -186,12 +127,10 @@ class IndexQueue:
         ``queued`` forever.
         """
         roots = [Path(p) for p in paths]
-        for root in roots:
-            if not root.exists():
-                raise RootNotFoundError(f"path to index does not exist: {root}")
-        options = job_options(self.settings, force=force, prune_missing=prune_missing)
+        require_roots(roots)
+        spec = JobSpec.from_settings(self.settings, force=force, prune_missing=prune_missing)
         try:
-            job_id = self._create_and_enqueue([str(r.resolve()) for r in roots], options)
+            job_id = self._create_and_enqueue([str(r.resolve()) for r in roots], spec)
         except (sqlite3.Error, OSError) as exc:
             reason = faults.exception_reason(exc, self.db_path)
             if reason is None:
@@ -200,10 +139,10 @@ class IndexQueue:
         log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
         return job_id
 
-    def _create_and_enqueue(self, roots: list[str], options: dict[str, Any]) -> str:
+    def _create_and_enqueue(self, roots: list[str], spec: JobSpec) -> str:
         conn = open_index(self.db_path)
         try:
-            job_id = jobs.create_job(conn, roots, options)
+            job_id = jobs.create_job(conn, roots, spec.to_dict())
             try:
                 self._enqueue_plan(job_id)
             except Exception as exc:
@@ -295,7 +234,7 @@ class IndexQueue:
                     if fault is not None:
                         self._fail_on_fault(conn, job_id, fault)
                     reason = self.stall_reason(record, since=pool_started_at, faults_too=False)
-                    if reason is not None and may_start:
+                    if reason is not None and may_start and self.launcher is not None:
                         may_start = False
                         log.warning("job.stalled_starting_pool", job_id=job_id, reason=reason)
                         self.start_pool()
@@ -359,7 +298,7 @@ class IndexQueue:
         """A write fault this process's local pool announced for the job."""
         if self.pool is None:
             return None
-        return self.pool.output.fault_for(record.id, created_at=record.created_at)
+        return self.pool.fault_for(record.id, created_at=record.created_at)
 
     def _workers_for_faults(self) -> list[dict[str, Any]]:
         queue_db = self.settings.sqlite_broker_path
@@ -406,45 +345,23 @@ class IndexQueue:
         """Live workers that consume the plan and write queues (the index host's)."""
         return [w for w in self.live_workers() if set(names.INDEX_HOST_QUEUES) <= set(w["queues"])]
 
-    def ensure_workers(
-        self, processes: int | None = None, *, grace_seconds: float = 0.0
-    ) -> LocalPool | None:
-        """Start a local worker pool unless index-host workers are alive.
+    def start_pool(self, processes: int | None = None) -> PoolHandle:
+        """Start a local pool for all queues with this client's launcher, unless this
+        process has one alive.
 
-        ``grace_seconds`` first waits for workers that are booting at the same time
-        (e.g. the Procfile's worker process), so no second pool is started beside them.
+        Raises:
+          RiffluxError: This client was built without a launcher.
         """
-        deadline = time.monotonic() + grace_seconds
-        while not self.index_host_workers():
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(WORKER_POLL_SECONDS)
-        else:
-            return None
-        return self.start_pool(processes)
-
-    def start_pool(self, processes: int | None = None) -> LocalPool:
-        """Start a local supervised pool for all queues, unless this process has one."""
         with self._lock:
             if self.pool is not None and self.pool.alive():
                 return self.pool
-            count = processes or self.settings.workers
-            log_path = self.db_path.parent / "workers.log"
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            process = subprocess.Popen(
-                # The pool stops when this process is gone, even after kill -9.
-                worker_command(count, parent_pid=os.getpid(), log_name=str(log_path)),
-                env=worker_environment(self.settings, count),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            assert process.stdout is not None
-            log_file = RotatingFile(log_path, self.settings.log_max_bytes)
-            output = PoolOutput(process.stdout, log_file).start()
-            self.pool = LocalPool(process, log_path, output)
-        log.info("workers.local_pool_started", processes=count, pid=process.pid, log=str(log_path))
-        return self.pool
+            if self.launcher is None:
+                raise RiffluxError(
+                    "no worker is alive and this process cannot start one; "
+                    "start workers with `rifflux worker`"
+                )
+            self.pool = self.launcher(self.settings, processes or self.settings.workers)
+            return self.pool
 
     def stop_pool(self) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """A local worker pool's output, read by the process that started the pool.
 
-``IndexQueue.start_pool`` gives the pool a pipe for stdout and stderr instead of the
+``workers.launcher.launch_local_pool`` gives the pool a pipe for stdout and stderr instead of the
 log file; :class:`PoolOutput` (one daemon thread) reads it line by line and
 
 - writes each line to ``workers.log`` through :class:`rifflux.logs.RotatingFile`

@@ -226,12 +226,13 @@ def publish(
 
     ``full`` rewrites every row from the database whatever the cache holds.
     ``trust_stamps`` answers "unchanged" from stat keys alone (see :func:`_as_published`).
-    ``vector_index`` (auto, exact, hnsw; default ``RIFFLUX_VECTOR_INDEX``) decides which
+    ``vector_index`` (auto, exact, hnsw; default the :class:`Settings` default; callers
+    pass their settings' or their job's) decides which
     segments get an HNSW graph (:func:`~rifflux.vectors.hnsw.wants_graph`); a segment
     kept from an earlier publish gets its graph too if it lacks one.
     Returns None only when ``blocking`` is False and another publisher holds the lock.
     """
-    mode = vector_index or Settings.from_env().vector_index
+    mode = vector_index or Settings().vector_index
     directory = vectors_dir(db_path)
     directory.mkdir(parents=True, exist_ok=True)
     with publish_lock(directory, blocking=blocking) as locked:

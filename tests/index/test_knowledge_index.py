@@ -15,6 +15,7 @@ from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import kinds, pipeline, prepare
 from rifflux.index.frontmatter import FrontMatter, normalize_text
 from rifflux.index.indexer import Indexer
+from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import finalize_request, plan_request
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
@@ -154,7 +155,7 @@ def test_malformed_front_matter_is_a_skipped_reason_of_the_job_not_a_failure(
     settings = make_settings(tmp_path)
     conn = open_index(settings.db_path)
     try:
-        options = pipeline.job_options(settings, force=False, prune_missing=True)
+        options = JobSpec.from_settings(settings, force=False, prune_missing=True).to_dict()
         job_id = jobs.create_job(conn, [str(root)], options)
     finally:
         conn.close()

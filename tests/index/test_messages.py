@@ -37,8 +37,6 @@ def chunk_request() -> ChunkRequest:
             FileWork("docs/b.md", 5, 0, "cd" * 32, ""),
         ),
         model="hash:384",
-        max_chunk_chars=1200,
-        min_chunk_chars=200,
         vanished=("docs/gone.md",),
         retries=1,
     )

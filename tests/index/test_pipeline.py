@@ -16,6 +16,7 @@ from rifflux_testing import (
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
+from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import (
     BatchFailure,
     ChunkRequest,
@@ -33,12 +34,12 @@ from rifflux.store.connection import open_index
 def submit(settings, roots: list[Path], **options: Any) -> str:
     conn = open_index(settings.db_path)
     try:
-        opts = pipeline.job_options(
+        spec = JobSpec.from_settings(
             settings,
             force=options.get("force", False),
             prune_missing=options.get("prune_missing", True),
         )
-        return jobs.create_job(conn, [str(r) for r in roots], opts)
+        return jobs.create_job(conn, [str(r) for r in roots], spec.to_dict())
     finally:
         conn.close()
 

@@ -17,6 +17,7 @@ from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
 from rifflux.index.indexer import Indexer
+from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import ChunkRequest, EmbedRequest, plan_request
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
@@ -40,7 +41,7 @@ def run_job(settings: Settings, root: Path) -> tuple[jobs.JobRecord, pipeline.Pl
     """Every step of one job, in this process, in the order the workers run them."""
     conn = open_index(settings.db_path)
     try:
-        options = pipeline.job_options(settings, force=False, prune_missing=True)
+        options = JobSpec.from_settings(settings, force=False, prune_missing=True).to_dict()
         job_id = jobs.create_job(conn, [str(root)], options)
     finally:
         conn.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rifflux_testing import make_settings
 
-from rifflux.queue.client import onnx_threads_per_worker, worker_command, worker_environment
+from workers.launcher import onnx_threads_per_worker, worker_command, worker_environment
 
 
 def test_cores_are_split_between_worker_processes(tmp_path: Path) -> None:

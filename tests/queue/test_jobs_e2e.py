@@ -186,3 +186,31 @@ def test_searches_keep_succeeding_while_a_job_runs(tmp_path: Path, start_workers
     assert record.state == "completed"
     failures = [o for o in outcomes if o is not True]
     assert failures == [] and len(outcomes) > 10
+
+
+def test_a_worker_with_other_settings_indexes_the_job_as_its_spec_says(
+    tmp_path: Path, start_workers
+) -> None:
+    """The job's JobSpec, not the worker's environment, decides globs, chunk sizes and
+    batches: rows equal an in-process index built with the submitter's settings."""
+    corpus = copy_corpus(tmp_path / "docs", limit=60)
+    (corpus / "notes.txt").write_text("plain text notes that only a *.txt glob indexes\n")
+    settings = queue_settings(
+        tmp_path, max_chunk_chars=800, min_chunk_chars=100, include_globs=("*.md",)
+    )
+    start_workers(
+        settings,
+        RIFFLUX_MAX_CHUNK_CHARS="3000",
+        RIFFLUX_MIN_CHUNK_CHARS="0",
+        RIFFLUX_INDEX_INCLUDE_GLOBS="*.txt",
+        RIFFLUX_BATCH_TARGET_BYTES="1000000",
+    )
+    record = run_job(settings, corpus)
+    assert record.state == "completed", record.errors
+    assert record.files_total == record.files_done == 60
+    # The spec's 20 kB batches; the worker's own target would cut ~16 (MIN_BATCHES).
+    markdown_bytes = sum(p.stat().st_size for p in corpus.rglob("*.md"))
+    assert record.batches_total >= markdown_bytes // settings.batch_target_bytes > 16
+    stored = index_rows(settings.db_path)
+    assert not any(row[0].endswith(".txt") for row in stored)
+    assert stored == reference_rows(tmp_path, corpus, settings)

@@ -13,6 +13,7 @@ from rifflux_testing import REPO_ROOT, copy_corpus, make_settings, worker_env
 
 from rifflux.queue import stall
 from rifflux.queue.client import IndexQueue, JobStalled
+from workers.launcher import launch_local_pool
 
 ALL = ["rifflux_embed", "rifflux_plan", "rifflux_write"]
 
@@ -114,7 +115,7 @@ def test_a_stalled_wait_that_may_start_workers_starts_a_pool_and_completes(
 ) -> None:
     corpus = copy_corpus(tmp_path / "docs", limit=5)
     settings = make_settings(tmp_path, stall_seconds=1.0, workers=1)
-    queue = IndexQueue(settings)
+    queue = IndexQueue(settings, launcher=launch_local_pool)
     try:
         job_id = queue.submit([corpus])
         record = queue.wait(job_id, timeout=120, start_workers=True)

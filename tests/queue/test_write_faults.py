@@ -29,6 +29,7 @@ from rifflux.config import Settings
 from rifflux.errors import IndexWriteError
 from rifflux.queue.client import IndexQueue
 from rifflux.store.jobs import JobRecord
+from workers.launcher import launch_local_pool
 
 pytestmark = pytest.mark.slow
 
@@ -187,7 +188,7 @@ def test_failing_workers_are_named_and_their_rotated_log_holds_no_file_text(
     monkeypatch.setenv("RIFFLUX_WORKER_ACTORS", TEST_ACTORS)
     monkeypatch.setenv("RIFFLUX_TEST_POISON", "zz-poison")
     monkeypatch.setenv("RIFFLUX_TEST_MAX_RETRIES", "1000")
-    queue = IndexQueue(settings)
+    queue = IndexQueue(settings, launcher=launch_local_pool)
     try:
         queue.start_pool()
         job_id = queue.submit([corpus])

@@ -14,6 +14,7 @@ from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
 from rifflux.index.indexer import Indexer
+from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import ChunkRequest, finalize_request, plan_request
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
@@ -216,7 +217,7 @@ def test_a_job_finalize_publishes_before_the_job_reads_completed(cfg: Settings, 
     (root / "new.md").write_text("# Xylophonic\n\nxylophonic quixotry zeugmatic words\n")
     (root / "garden.md").unlink()
     db = str(cfg.db_path)
-    options = pipeline.job_options(cfg, force=False, prune_missing=True)
+    options = JobSpec.from_settings(cfg, force=False, prune_missing=True).to_dict()
     conn = open_index(cfg.db_path)
     job_id = jobs.create_job(conn, [str(root)], options)
     conn.close()

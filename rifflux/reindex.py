@@ -1,0 +1,162 @@
+"""The one entry point for "index these roots": submit a job, start a local worker pool
+if none is alive, then wait with progress or return the job id.
+
+Every caller goes through :class:`Reindexer`: the CLI's ``rifflux index``, the MCP
+``reindex`` tool and the server's start (``--reindex-on-start``, resuming unfinished
+jobs), the file watcher and auto-reindex on search (both given a ``Reindexer`` as their
+job queue: ``watch/`` sits below this module).
+
+Invariants:
+
+- A job's settings are its :class:`~rifflux.index.jobspec.JobSpec`, built here from the
+  caller's settings (by the queue client's ``submit``); roots must exist
+  (:func:`~rifflux.index.scan.require_roots`, the one check).
+- Workers are started only through the injected launcher (default
+  :func:`workers.launcher.launch_local_pool`), once per process while its pool lives;
+  live index-host workers (heartbeats) are used instead of starting a pool, after an
+  optional grace for workers booting beside this process (the Procfile's).
+- Submitting and starting workers happen under one lock: callers on several threads
+  (MCP tools) never start two pools.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rifflux.config import Settings
+from rifflux.queue.client import IndexQueue, Launcher, PoolHandle, ProgressCallback
+from rifflux.store.jobs import JobRecord
+from workers.launcher import launch_local_pool
+
+log = structlog.get_logger(__name__)
+
+# How often ensure_workers looks for heartbeats while giving booting workers a grace.
+WORKER_POLL_SECONDS = 0.5
+
+
+class Reindexer:
+    """Index roots of one index database through the queue; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        launcher: Launcher | None = None,
+        queue: IndexQueue | None = None,
+    ) -> None:
+        """``launcher``: how to start a local pool (default :func:`launch_local_pool`);
+        ``queue``: the client to use (default one for ``settings``)."""
+        launcher = launcher or launch_local_pool
+        self.settings = settings
+        self.queue = queue if queue is not None else IndexQueue(settings, launcher=launcher)
+        if self.queue.launcher is None:
+            self.queue.launcher = launcher
+        self._lock = threading.Lock()
+
+    # -- the entry point -------------------------------------------------------------
+
+    def submit(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+        start_workers: bool = False,
+        processes: int | None = None,
+    ) -> str:
+        """Submit one job for ``roots``; with ``start_workers``, first start a local pool
+        unless workers are alive (the watcher and a server's start leave that to a
+        stall or :meth:`ensure_workers_in_background`). Returns the job id."""
+        with self._lock:
+            if start_workers:
+                self.ensure_workers(processes)
+            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+
+    def run(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+        processes: int | None = None,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> JobRecord:
+        """Submit one job and wait for it (a stalled job gets a local pool once)."""
+        job_id = self.submit(
+            roots,
+            force=force,
+            prune_missing=prune_missing,
+            start_workers=True,
+            processes=processes,
+        )
+        return self.wait(job_id, timeout=timeout, on_progress=on_progress)
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        start_workers: bool = True,
+    ) -> JobRecord:
+        """Follow the job to its end; a stall starts a local pool once when
+        ``start_workers`` (see :meth:`IndexQueue.wait`)."""
+        return self.queue.wait(
+            job_id, timeout=timeout, on_progress=on_progress, start_workers=start_workers
+        )
+
+    # -- workers ---------------------------------------------------------------------
+
+    def ensure_workers(
+        self, processes: int | None = None, *, grace_seconds: float = 0.0
+    ) -> PoolHandle | None:
+        """Start a local worker pool unless index-host workers are alive.
+
+        ``grace_seconds`` first waits for workers that are booting at the same time
+        (e.g. the Procfile's worker process), so no second pool is started beside them.
+        """
+        deadline = time.monotonic() + grace_seconds
+        while not self.queue.index_host_workers():
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(WORKER_POLL_SECONDS)
+        else:
+            return None
+        return self.queue.start_pool(processes)
+
+    def ensure_workers_in_background(self, grace_seconds: float) -> None:
+        """:meth:`ensure_workers` in a daemon thread, after ``grace_seconds``."""
+        threading.Thread(
+            target=self.ensure_workers,
+            kwargs={"grace_seconds": grace_seconds},
+            name="rifflux-startup-workers",
+            daemon=True,
+        ).start()
+
+    def start_pool(self, processes: int | None = None) -> PoolHandle:
+        return self.queue.start_pool(processes)
+
+    # -- what the watcher and auto-reindex ask of their job queue -------------------
+
+    def job(self, job_id: str) -> JobRecord | None:
+        return self.queue.job(job_id)
+
+    def stall_reason(self, record: JobRecord) -> str | None:
+        return self.queue.stall_reason(record)
+
+    def status(self) -> dict[str, Any]:
+        return self.queue.status()
+
+    def has_unfinished_jobs(self) -> bool:
+        return self.queue.has_unfinished_jobs()
+
+    def close(self) -> None:
+        """Close the queue client, which stops a local pool this process started."""
+        self.queue.close()

@@ -1,0 +1,186 @@
+"""Every way to index roots goes through the one entry point, ``rifflux.reindex``: the
+CLI, the MCP ``reindex`` tool, the server's start, the file watcher and auto-reindex.
+
+Each test injects a recording launcher (``rifflux.reindex.launch_local_pool``) or spies
+on ``Reindexer.submit`` and proves the caller went through it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rifflux_testing import REPO_ROOT, make_settings, wait_until
+
+from rifflux import cli, reindex
+from rifflux.config import Settings
+from rifflux.errors import RootNotFoundError
+from rifflux.mcp import server, tools
+from rifflux.mcp.tools import ToolContext
+from rifflux.queue.client import IndexQueue
+from rifflux.reindex import Reindexer
+from rifflux.store.connection import open_index
+from rifflux.store.jobs import recent_jobs
+from workers.launcher import launch_local_pool
+
+
+class FakePool:
+    """A pool that was "started": the launcher was used, no process was spawned."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.running = True
+
+    def alive(self) -> bool:
+        return self.running
+
+    def stop(self) -> None:
+        self.running = False
+
+    def fault_for(self, job_id: str, *, created_at: float) -> str | None:
+        return None
+
+
+@pytest.fixture
+def launched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Process counts of every pool the entry point launched (with a fake launcher)."""
+    counts: list[int] = []
+
+    def fake(settings: Settings, processes: int) -> FakePool:
+        counts.append(processes)
+        return FakePool(settings.db_path.parent / "workers.log")
+
+    monkeypatch.setattr(reindex, "launch_local_pool", fake)
+    return counts
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Roots of every job submitted through ``Reindexer.submit``."""
+    calls: list[list[str]] = []
+    real = Reindexer.submit
+
+    def spy(self: Reindexer, roots: Any, **options: Any) -> str:
+        calls.append([str(r) for r in roots])
+        return real(self, roots, **options)
+
+    monkeypatch.setattr(Reindexer, "submit", spy)
+    return calls
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nentry point pulsar notes\n")
+    return root
+
+
+@pytest.fixture
+def context(tmp_path: Path, launched: list[int]) -> Iterator[ToolContext]:
+    """A server's context whose entry point has the recording launcher."""
+    settings = make_settings(
+        tmp_path, allowed_roots=(str(tmp_path),), startup_worker_grace_seconds=0.0
+    )
+    ctx = ToolContext.from_settings(settings, cwd=tmp_path)
+    yield ctx
+    ctx.close()
+
+
+def job_roots(settings: Settings) -> list[list[str]]:
+    conn = open_index(settings.db_path)
+    try:
+        return [job.roots for job in recent_jobs(conn, 100)]
+    finally:
+        conn.close()
+
+
+def test_the_cli_indexes_through_the_entry_point_and_its_launcher(
+    tmp_path: Path, docs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    launched: list[int] = []
+
+    def recording(settings: Settings, processes: int) -> Any:
+        launched.append(processes)
+        return launch_local_pool(settings, processes)
+
+    monkeypatch.setattr(reindex, "launch_local_pool", recording)
+    monkeypatch.setenv("RIFFLUX_EMBEDDING_BACKEND", "hash")
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    db = tmp_path / "index" / "index.db"
+    assert cli.main(["index", str(docs), "--db", str(db), "--workers", "1"]) == 0
+    assert launched == [1]
+    assert "completed: indexed 1 files" in capsys.readouterr().out
+
+
+def test_the_mcp_reindex_tool_submits_and_starts_workers_through_the_entry_point(
+    context: ToolContext, docs: Path, launched: list[int], submitted: list[list[str]]
+) -> None:
+    answer = tools.reindex(context, path=str(docs), background=True)
+    assert answer["status"] == "queued"
+    assert submitted == [[str(docs)]]
+    assert launched == [context.settings.workers]
+    assert job_roots(context.settings) == [[str(docs)]]
+
+
+def test_reindex_on_start_submits_then_starts_workers_through_the_entry_point(
+    context: ToolContext, docs: Path, launched: list[int], submitted: list[list[str]]
+) -> None:
+    server.start_background_reindex(context, [docs])
+    assert submitted == [[str(docs)]]
+    wait_until(lambda: launched, timeout=10)
+
+
+def test_the_watcher_submits_and_starts_workers_through_the_entry_point(
+    context: ToolContext, docs: Path, launched: list[int], submitted: list[list[str]]
+) -> None:
+    watcher = server.start_watcher(context, [docs])
+    try:
+        wait_until(lambda: submitted, timeout=10)
+        wait_until(lambda: launched, timeout=10)
+    finally:
+        watcher.stop()
+    assert watcher.queue is context.queue
+    assert submitted[0] == [str(docs)]
+
+
+def test_auto_reindex_submits_through_the_entry_point(
+    tmp_path: Path, docs: Path, submitted: list[list[str]]
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        auto_reindex_on_search=True,
+        auto_reindex_paths=(str(docs),),
+        allowed_roots=(str(tmp_path),),
+    )
+    open_index(settings.db_path).close()
+    ctx = ToolContext.from_settings(settings, cwd=tmp_path)
+    try:
+        assert ctx.auto_reindex is not None
+        assert ctx.auto_reindex.coalescer.queue is ctx.queue
+        tools.search_rifflux(ctx, "pulsar", mode="lexical")
+        wait_until(lambda: submitted, timeout=10)
+    finally:
+        ctx.close()
+    assert submitted == [[str(docs)]]
+
+
+def test_a_missing_root_is_refused_once_in_one_line_before_any_job(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    queue = IndexQueue(settings)
+    try:
+        with pytest.raises(RootNotFoundError, match=r"^path to index does not exist: .*gone$"):
+            Reindexer(settings, queue=queue).submit([tmp_path / "gone"])
+    finally:
+        queue.close()
+
+
+def test_a_client_without_a_launcher_never_starts_a_process(tmp_path: Path) -> None:
+    queue = IndexQueue(make_settings(tmp_path))
+    try:
+        with pytest.raises(Exception, match="start workers with `rifflux worker`"):
+            queue.start_pool()
+        assert queue.pool is None
+    finally:
+        queue.close()
