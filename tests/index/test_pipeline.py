@@ -16,7 +16,6 @@ from rifflux_testing import (
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
-from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import (
     BatchFailure,
     ChunkRequest,
@@ -25,6 +24,7 @@ from rifflux.index.messages import (
     finalize_request,
     plan_request,
 )
+from rifflux.queue.client import IndexQueue
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 from rifflux.store import jobs
@@ -32,16 +32,13 @@ from rifflux.store.connection import open_index
 
 
 def submit(settings, roots: list[Path], **options: Any) -> str:
-    conn = open_index(settings.db_path)
+    """The job as every caller submits it (its plan message waits in the SQLite broker,
+    unconsumed: this module runs the steps itself)."""
+    queue = IndexQueue(settings)
     try:
-        spec = JobSpec.from_settings(
-            settings,
-            force=options.get("force", False),
-            prune_missing=options.get("prune_missing", True),
-        )
-        return jobs.create_job(conn, [str(r) for r in roots], spec.to_dict())
+        return queue.submit(roots, **options)
     finally:
-        conn.close()
+        queue.close()
 
 
 def record(settings, job_id: str) -> jobs.JobRecord:
@@ -160,7 +157,9 @@ def test_a_failed_batch_fails_the_job_but_others_land(tmp_path: Path) -> None:
 
 def test_a_missing_root_fails_the_job_with_its_name(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
+    (tmp_path / "gone").mkdir()
     job_id = submit(settings, [tmp_path / "gone"])
+    (tmp_path / "gone").rmdir()  # Removed between the submit and the plan step.
     outcome, _ = plan(settings, job_id)
     assert outcome.batches == 0
     failed = record(settings, job_id)
