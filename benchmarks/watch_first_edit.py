@@ -14,14 +14,21 @@ Then ``--rounds`` more edits, one at a time with ``--pause`` seconds between the
 steady state). Prints one JSON object: each latency, the medians and the first edit's
 lead over the steady state.
 
+``--beside-worker`` is the Procfile's case: ``rifflux worker`` (one process) starts at
+the same instant as the server (or ``--worker-after`` seconds later); the report then
+says whether the server started a local pool, whether it gave way
+(``reindex.local_pool_yields``) and how long it lived.
+
     .venv/bin/python benchmarks/watch_first_edit.py
     .venv/bin/python benchmarks/watch_first_edit.py --repo /work/main   # the code before
+    .venv/bin/python benchmarks/watch_first_edit.py --beside-worker [--worker-after 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import shutil
@@ -48,16 +55,41 @@ def server_env(repo: Path, db: Path, root: Path) -> dict[str, str]:
         RIFFLUX_DB_PATH=str(db),
         RIFFLUX_EMBEDDING_BACKEND="hash",
         RIFFLUX_BASE_DIR=str(root),
+        RIFFLUX_LOG_LEVEL="INFO",
         PYTHONPATH=str(repo),
     )
     return env
+
+
+def start_worker(env: dict[str, str], root: Path) -> subprocess.Popen[bytes]:
+    """``rifflux worker`` with one process, as the Procfile starts it."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from rifflux.cli import main; main()",
+            "worker",
+            "--processes",
+            "1",
+        ],
+        env=env,
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def index_corpus(repo: Path, env: dict[str, str], root: Path) -> None:
     """The corpus indexed before the server starts, so its catch-up job has nothing to do."""
     code = "import sys; from rifflux.config import Settings; from rifflux.index.indexer import "
     code += "Indexer; Indexer(Settings.from_env()).run([sys.argv[1]])"
-    subprocess.run([sys.executable, "-c", code, str(root)], env=env, cwd=repo, check=True)
+    subprocess.run(
+        [sys.executable, "-c", code, str(root)],
+        env=env,
+        cwd=repo,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def edit_text(word: str) -> str:
@@ -102,6 +134,7 @@ async def live_workers(session: ClientSession) -> int:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="rifflux-watch-bench-"))
+    beside: subprocess.Popen[bytes] | None = None
     try:
         root = work / "corpus"
         shutil.copytree(args.corpus, root)
@@ -116,12 +149,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         with open(work / "server.log", "w", encoding="utf-8") as errlog:
             started = time.monotonic()
+            if args.beside_worker and args.worker_after == 0:
+                beside = start_worker(env, root)
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
                 ClientSession(read, write) as session,
             ):
                 await session.initialize()
                 ready = time.monotonic() - started
+                if args.beside_worker and args.worker_after > 0:
+                    await asyncio.sleep(max(0.0, args.worker_after - ready))
+                    beside = start_worker(env, root)
                 await asyncio.sleep(args.first_after)
                 workers_before = await live_workers(session)
                 first = await one_edit(session, root, args.timeout)
@@ -129,9 +167,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for _ in range(args.rounds):
                     await asyncio.sleep(args.pause)
                     steady.append(await one_edit(session, root, args.timeout))
-        return report(args, ready, workers_before, first, steady)
+        out = report(args, ready, workers_before, first, steady)
+        out["server_pool"] = pool_events((work / "server.log").read_text(encoding="utf-8"))
+        return out
     finally:
+        if beside is not None:
+            beside.terminate()
+            beside.wait(60)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def pool_events(log_text: str) -> dict[str, Any]:
+    """Whether the server started its local pool, and whether and when it gave way, from
+    its log (JSON lines at level INFO)."""
+    at: dict[str, float] = {}
+    for line in log_text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        name = event.get("event") if isinstance(event, dict) else None
+        if name in ("workers.local_pool_started", "reindex.local_pool_yields") and name not in at:
+            at[name] = datetime.datetime.fromisoformat(event["timestamp"]).timestamp()
+    started = at.get("workers.local_pool_started")
+    gave_way = at.get("reindex.local_pool_yields")
+    return {
+        "started": started is not None,
+        "gave_way": gave_way is not None,
+        "lived_s": None if started is None or gave_way is None else round(gave_way - started, 3),
+    }
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -176,6 +240,15 @@ def main() -> int:
         "--first-after", type=float, default=0.0, help="seconds after startup to the first edit"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="per edit")
+    parser.add_argument(
+        "--beside-worker", action="store_true", help="start `rifflux worker` with the server"
+    )
+    parser.add_argument(
+        "--worker-after",
+        type=float,
+        default=0.0,
+        help="with --beside-worker: start it this many seconds after the server",
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args)), indent=2))
     return 0
