@@ -4,11 +4,15 @@ snapshot, and a CJK query is split by the very tokenizer the writer indexes with
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
+import numpy as np
 from cjk_docs import CJK_DOCS
 from rifflux_testing import copy_corpus, make_settings
 
+from rifflux.config import Settings
+from rifflux.embed.hashing import HashEmbedder
 from rifflux.index.indexer import Indexer
 from rifflux.search import ranking
 from rifflux.search.query import build_cjk_match_query
@@ -48,3 +52,37 @@ def test_a_cjk_querys_bigrams_are_tokens_the_writer_indexed() -> None:
             assert match is not None
             clauses = [c.strip('"*') for c in match.split(" OR ") if " " not in c]
             assert clauses and set(clauses) <= indexed, (run, clauses)
+
+
+class RecordingEmbedder(HashEmbedder):
+    """The hash embedder, recording the thread of every query it embeds."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings.hash_embedding_dim)
+        self.threads: list[str] = []
+
+    def embed_batch(self, texts: list[str]) -> np.ndarray:
+        self.threads.append(threading.current_thread().name)
+        return super().embed_batch(texts)
+
+
+def test_a_hybrid_query_is_embedded_once_beside_its_lexical_half(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    Indexer(settings).run([copy_corpus(tmp_path / "docs", limit=3)])
+    plain = SearchService(settings)
+    embedder = RecordingEmbedder(settings)
+    service = SearchService(settings, embedder=embedder)
+    try:
+        # Three files, group_by="file" and top_k 5: it searches deeper twice (depth 5,
+        # 20, 80), and the query is still embedded once.
+        options = {"mode": "hybrid", "group_by": "file", "top_k": 5}
+        results = service.search("review pull request code", **options)
+        assert embedder.threads and len(embedder.threads) == 1
+        assert embedder.threads[0].startswith("rifflux-query")  # Not the caller's thread.
+        assert results == plain.search("review pull request code", **options)
+        service.search("review pull request code", mode="semantic", top_k=5)
+        assert len(embedder.threads) == 2
+        assert embedder.threads[1] == threading.current_thread().name  # Nothing beside it.
+    finally:
+        service.close()
+        plain.close()
