@@ -22,10 +22,12 @@ guards the snapshot's connection with the ``deadline`` (SQLite work past it is
 interrupted), and the Python steps call ``deadline.check`` between pieces.
 
 The query is embedded once per search (:class:`QueryVector`), also when ``group_by``
-searches deeper; a hybrid search embeds it in a small thread pool while the lexical half
-runs (the embedder and SQLite release the GIL). Only the embedding moves: the snapshot's
-connection is used by the calling thread alone, so results are those of the sequential
-order.
+searches deeper. A hybrid search whose embedder is costly (its last query embedding
+took :data:`BESIDE_MIN_SECONDS` or more: ONNX) embeds it in a small thread pool while
+the lexical half runs (ONNX and SQLite release the GIL); a cheap one (the hash
+embedder's ~0.1 ms) is embedded inline, as handing it to a thread costs more. Only the
+embedding moves: the snapshot's connection is used by the calling thread alone, so the
+results are those of the sequential order.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ GROUP_DEEPEN = 4
 files came back and a side may hold more."""
 
 
+BESIDE_MIN_SECONDS = 0.002
+"""A query embedding at least this slow is computed beside the lexical half (measured on
+awesome-copilot, hybrid p50 with the MCP server's GIL switch interval: ONNX 13.80 →
+13.39 ms beside; hash 10.60 → 11.29 ms, so the hash embedder stays inline)."""
 EMBED_THREADS = 4
 """Threads that embed hybrid queries beside their lexical half (shared by all searches)."""
 _embed_pool = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="rifflux-query")
@@ -167,7 +173,8 @@ def _ranked(
     warning = None
     semantic: list[SemanticHit] = []
     lexical: list[LexicalHit] | None = None
-    if mode == "hybrid" and _stored_model(snapshot) is not None:
+    costly = snapshot.embedder.last_seconds >= BESIDE_MIN_SECONDS
+    if mode == "hybrid" and costly and _stored_model(snapshot) is not None:
         # The lexical half runs while the query is embedded beside it.
         query_vec.start()
         lexical = lexical_search(snapshot.conn, query, depth, snapshot.lexical, admitted)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,34 +56,42 @@ def test_a_cjk_querys_bigrams_are_tokens_the_writer_indexed() -> None:
 
 
 class RecordingEmbedder(HashEmbedder):
-    """The hash embedder, recording the thread of every query it embeds."""
+    """The hash embedder, recording the thread of every query it embeds; ``pause``
+    seconds per call make it as costly as ONNX."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, pause: float = 0.0) -> None:
         super().__init__(settings.hash_embedding_dim)
+        self.pause = pause
         self.threads: list[str] = []
 
     def embed_batch(self, texts: list[str]) -> np.ndarray:
         self.threads.append(threading.current_thread().name)
+        time.sleep(self.pause)
         return super().embed_batch(texts)
 
 
-def test_a_hybrid_query_is_embedded_once_beside_its_lexical_half(tmp_path: Path) -> None:
+def test_a_hybrid_query_is_embedded_once_beside_its_lexical_half_when_costly(
+    tmp_path: Path,
+) -> None:
     settings = make_settings(tmp_path)
     Indexer(settings).run([copy_corpus(tmp_path / "docs", limit=3)])
     plain = SearchService(settings)
-    embedder = RecordingEmbedder(settings)
-    service = SearchService(settings, embedder=embedder)
+    costly = RecordingEmbedder(settings, pause=2 * ranking.BESIDE_MIN_SECONDS)
+    cheap = RecordingEmbedder(settings)
+    services = [SearchService(settings, embedder=e) for e in (costly, cheap)]
+    here = threading.current_thread().name
     try:
+        for service in services:
+            service.search("pull request", mode="semantic", top_k=5)  # Learns the cost.
+        assert costly.threads == cheap.threads == [here]
         # Three files, group_by="file" and top_k 5: it searches deeper twice (depth 5,
         # 20, 80), and the query is still embedded once.
         options = {"mode": "hybrid", "group_by": "file", "top_k": 5}
-        results = service.search("review pull request code", **options)
-        assert embedder.threads and len(embedder.threads) == 1
-        assert embedder.threads[0].startswith("rifflux-query")  # Not the caller's thread.
-        assert results == plain.search("review pull request code", **options)
-        service.search("review pull request code", mode="semantic", top_k=5)
-        assert len(embedder.threads) == 2
-        assert embedder.threads[1] == threading.current_thread().name  # Nothing beside it.
+        expected = plain.search("review pull request code", **options)
+        for service in services:
+            assert service.search("review pull request code", **options) == expected
+        assert len(costly.threads) == 2 and costly.threads[1].startswith("rifflux-query")
+        assert cheap.threads == [here, here]  # A cheap embedding is not handed over.
     finally:
-        service.close()
-        plain.close()
+        for service in [*services, plain]:
+            service.close()
