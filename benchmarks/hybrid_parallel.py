@@ -59,17 +59,19 @@ def measure(db: Path) -> dict[str, Any]:
     return {"samples": samples, "answers": answers}
 
 
-def side_env(checkout: Path, backend: str) -> dict[str, str]:
+def side_env(checkout: Path, backend: str, onnx_threads: int = 0) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
     env.update(RIFFLUX_EMBEDDING_BACKEND=backend, PYTHONPATH=str(checkout))
+    if onnx_threads:
+        env["RIFFLUX_ONNX_THREADS"] = str(onnx_threads)
     return env
 
 
-def run_side(checkout: Path, db: Path, backend: str) -> dict[str, Any]:
+def run_side(checkout: Path, db: Path, backend: str, onnx_threads: int) -> dict[str, Any]:
     python = str(checkout / ".venv" / "bin" / "python")
     out = subprocess.run(
         [python, str(Path(__file__).resolve()), "--measure", str(db)],
-        env=side_env(checkout, backend),
+        env=side_env(checkout, backend, onnx_threads),
         cwd=checkout,
         capture_output=True,
         text=True,
@@ -101,6 +103,9 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/rifflux-hybrid-parallel"))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--onnx-threads", type=int, default=0, help="RIFFLUX_ONNX_THREADS of the search"
+    )
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure is not None:
@@ -114,11 +119,12 @@ def main() -> int:
     answers: dict[str, Any] = {}
     for _ in range(args.rounds):
         for side, checkout in sides.items():
-            result = run_side(checkout, db, args.backend)
+            result = run_side(checkout, db, args.backend, args.onnx_threads)
             answers[side] = result["answers"]
             for mode, samples in result["samples"].items():
                 stats[side].setdefault(mode, []).append(percentiles(samples))
-    print(f"backend {args.backend}, {db}, load {os.getloadavg()}")
+    threads = args.onnx_threads or "default"
+    print(f"backend {args.backend}, onnx threads {threads}, {db}, load {os.getloadavg()}")
     for side, modes in stats.items():
         for mode, pairs in modes.items():
             p50 = statistics.median(p for p, _ in pairs)
