@@ -17,6 +17,11 @@ Invariants:
   optional grace for workers booting beside this process (the Procfile's).
 - Submitting and starting workers happen under one lock: callers on several threads
   (MCP tools) never start two pools.
+- A file watcher's pool boots at startup (:meth:`Reindexer.boot_pool`): when no
+  index-host worker is alive then, the pool starts at once, so the first edit does not
+  wait for the grace and a boot; workers started beside this process that show up
+  within the grace (the Procfile's, told apart by ``PoolHandle.owns``) take over, and
+  the local pool is stopped, so it never stays beside them.
 """
 
 from __future__ import annotations
@@ -137,6 +142,36 @@ class Reindexer:
             target=self.ensure_workers,
             kwargs={"grace_seconds": grace_seconds},
             name="rifflux-startup-workers",
+            daemon=True,
+        ).start()
+
+    def boot_pool(self, grace_seconds: float) -> PoolHandle | None:
+        """Start a local pool now unless index-host workers are alive; stop it again if
+        workers of another process show up within ``grace_seconds`` (those started
+        beside this one). Returns the pool kept, or None."""
+        if self.queue.index_host_workers():
+            return None
+        pool = self.queue.start_pool()
+        deadline = time.monotonic() + grace_seconds
+        while time.monotonic() < deadline and self.queue.pool is pool:
+            others = [w for w in self.queue.index_host_workers() if not pool.owns(w)]
+            if others:
+                log.info(
+                    "reindex.local_pool_yields",
+                    workers=[w["worker_id"] for w in others],
+                    reason="workers started beside this process are alive",
+                )
+                self.queue.stop_pool()
+                return None
+            time.sleep(WORKER_POLL_SECONDS)
+        return pool
+
+    def boot_pool_in_background(self, grace_seconds: float) -> None:
+        """:meth:`boot_pool` in a daemon thread."""
+        threading.Thread(
+            target=self.boot_pool,
+            args=(grace_seconds,),
+            name="rifflux-startup-pool",
             daemon=True,
         ).start()
 

@@ -6,8 +6,13 @@ on ``Reindexer.submit`` and proves the caller went through it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,11 +23,12 @@ from rifflux.config import Settings
 from rifflux.errors import RootNotFoundError
 from rifflux.mcp import server, tools
 from rifflux.mcp.tools import ToolContext
+from rifflux.queue import names
 from rifflux.queue.client import IndexQueue
 from rifflux.reindex import Reindexer
 from rifflux.store.connection import open_index
 from rifflux.store.jobs import recent_jobs
-from workers.launcher import launch_local_pool
+from workers.launcher import LocalPool, launch_local_pool
 
 
 class FakePool:
@@ -31,6 +37,7 @@ class FakePool:
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
         self.running = True
+        self.pids: set[int] = set()
 
     def alive(self) -> bool:
         return self.running
@@ -40,6 +47,9 @@ class FakePool:
 
     def fault_for(self, job_id: str, *, created_at: float) -> str | None:
         return None
+
+    def owns(self, worker: Mapping[str, Any]) -> bool:
+        return worker["pid"] in self.pids
 
 
 @pytest.fixture
@@ -184,3 +194,71 @@ def test_a_client_without_a_launcher_never_starts_a_process(tmp_path: Path) -> N
         assert queue.pool is None
     finally:
         queue.close()
+
+
+# -- a watcher's pool boots at startup (issue 22) --------------------------------------
+
+
+@pytest.fixture
+def pools(monkeypatch: pytest.MonkeyPatch) -> list[FakePool]:
+    """Every pool the entry point launched (with a fake launcher)."""
+    started: list[FakePool] = []
+
+    def fake(settings: Settings, processes: int) -> FakePool:
+        started.append(FakePool(settings.db_path.parent / "workers.log"))
+        return started[-1]
+
+    monkeypatch.setattr(reindex, "launch_local_pool", fake)
+    return started
+
+
+def beat(reindexer: Reindexer, pid: int, host: str = socket.gethostname()) -> None:
+    """A heartbeat of an index-host worker with this pid."""
+    reindexer.queue.presence.record_heartbeat(f"{host}:{pid}:w{pid}", names.INDEX_HOST_QUEUES)
+
+
+def test_a_watchers_pool_boots_at_once_and_gives_way_to_workers_started_beside_it(
+    tmp_path: Path, pools: list[FakePool]
+) -> None:
+    reindexer = Reindexer(make_settings(tmp_path))
+    try:
+        booting = threading.Thread(target=reindexer.boot_pool, args=(60.0,), daemon=True)
+        booting.start()
+        wait_until(lambda: pools, timeout=10)  # At once, not after the 60 s grace.
+        pool = pools[0]
+        pool.pids.add(111)
+        beat(reindexer, 111)  # Its own worker is up: no reason to give way.
+        time.sleep(3 * reindex.WORKER_POLL_SECONDS)
+        assert pool.running and reindexer.queue.pool is pool
+        beat(reindexer, 222)  # The Procfile's worker shows up within the grace.
+        booting.join(timeout=10)
+        assert not booting.is_alive()
+        assert not pool.running and reindexer.queue.pool is None
+        assert len(pools) == 1
+    finally:
+        reindexer.close()
+
+
+def test_a_watchers_pool_is_not_started_beside_live_workers_and_kept_without_them(
+    tmp_path: Path, pools: list[FakePool]
+) -> None:
+    alone = Reindexer(make_settings(tmp_path / "alone"))
+    beside = Reindexer(make_settings(tmp_path / "beside"))
+    try:
+        kept = alone.boot_pool(0.3)
+        assert kept is not None and kept.alive() and alone.queue.pool is kept
+        beat(beside, 333)
+        assert beside.boot_pool(60.0) is None
+        assert len(pools) == 1
+    finally:
+        alone.close()
+        beside.close()
+
+
+def test_a_local_pool_owns_only_its_own_children_on_this_host() -> None:
+    pool = LocalPool(SimpleNamespace(pid=os.getppid()), Path("workers.log"), None)  # type: ignore[arg-type]
+    host = socket.gethostname()
+    assert pool.owns({"hostname": host, "pid": os.getpid()})
+    assert not pool.owns({"hostname": host + "-other", "pid": os.getpid()})
+    assert not pool.owns({"hostname": host, "pid": os.getppid()})  # not its child
+    assert pool.owns({"hostname": host, "pid": 2**22 + 1})  # gone: never a reason to stop

@@ -16,17 +16,23 @@ Invariants kept from the client it came from:
   announce, so a waiting client hears of them even when no file can be written.
 - ``stop()`` sends SIGTERM, gives in-flight messages :data:`POOL_STOP_SECONDS`, then
   kills; the output drains for :data:`POOL_OUTPUT_DRAIN_SECONDS`.
+- ``owns(worker)`` tells this pool's heartbeats from those of workers started beside
+  the front process (the Procfile's): a worker of this host whose process is a child of
+  the pool's. Where that cannot be read (no ``/proc``, the process gone) the worker
+  counts as the pool's own, so a pool is never stopped on account of its own workers.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -59,6 +65,14 @@ class LocalPool:
         """A write fault the pool's workers announced for the job (see ``PoolOutput``)."""
         return self.output.fault_for(job_id, created_at=created_at)
 
+    def owns(self, worker: Mapping[str, Any]) -> bool:
+        """Whether a live worker's heartbeat is one of this pool's children (see the
+        module docstring)."""
+        if worker.get("hostname") != socket.gethostname():
+            return False
+        parent = parent_pid(int(worker["pid"]))
+        return parent is None or parent == self.process.pid
+
     def stop(self) -> None:
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
@@ -70,6 +84,16 @@ class LocalPool:
         self.output.join(POOL_OUTPUT_DRAIN_SECONDS)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid`` (Linux ``/proc``), or None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            return int(stat.read().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def worker_command(

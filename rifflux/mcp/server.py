@@ -427,10 +427,12 @@ def start_background_reindex(ctx: ToolContext, paths: Sequence[str | Path]) -> s
 
 
 def start_watcher(ctx: ToolContext, roots: Sequence[Path]) -> FileWatcher:
-    """Watch ``roots``, submitting through the context's entry point; start workers later
-    only if none appears."""
+    """Watch ``roots``, submitting through the context's entry point. Unless workers are
+    alive, a local pool boots now, so the first edit is as fast as the next; it gives
+    way to workers started beside the server that appear within
+    ``RIFFLUX_STARTUP_WORKER_GRACE_SECONDS`` (``Reindexer.boot_pool``)."""
     watcher = FileWatcher(ctx.settings, roots, ctx.queue).start()
-    ensure_workers_in_background(ctx)
+    ctx.queue.boot_pool_in_background(ctx.settings.startup_worker_grace_seconds)
     return watcher
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,6 +76,11 @@ class PoolHandle(Protocol):
     def stop(self) -> None: ...
 
     def fault_for(self, job_id: str, *, created_at: float) -> str | None: ...
+
+    def owns(self, worker: Mapping[str, Any]) -> bool:
+        """Whether a live worker (a heartbeat of :meth:`IndexQueue.live_workers`) is one of
+        this pool's processes."""
+        ...
 
 
 Launcher = Callable[[Settings, int], PoolHandle]

@@ -20,11 +20,20 @@ Invariants: everything here reads through the :class:`~rifflux.search.snapshot.
 IndexSnapshot` it is given and writes nothing; the request is already valid; the caller
 guards the snapshot's connection with the ``deadline`` (SQLite work past it is
 interrupted), and the Python steps call ``deadline.check`` between pieces.
+
+The query is embedded once per search (:class:`QueryVector`), also when ``group_by``
+searches deeper. A hybrid search whose embedder is costly (its last query embedding
+took :data:`BESIDE_MIN_SECONDS` or more: ONNX) embeds it in a small thread pool while
+the lexical half runs (ONNX and SQLite release the GIL); a cheap one (the hash
+embedder's ~0.1 ms) is embedded inline, as handing it to a thread costs more. Only the
+embedding moves: the snapshot's connection is used by the calling thread alone, so the
+results are those of the sequential order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,6 +68,37 @@ GROUP_DEEPEN = 4
 files came back and a side may hold more."""
 
 
+BESIDE_MIN_SECONDS = 0.002
+"""A query embedding at least this slow is computed beside the lexical half (measured on
+awesome-copilot, hybrid p50 with the MCP server's GIL switch interval: ONNX 13.80 →
+13.39 ms beside; hash 10.60 → 11.29 ms, so the hash embedder stays inline)."""
+EMBED_THREADS = 4
+"""Threads that embed hybrid queries beside their lexical half (shared by all searches)."""
+_embed_pool = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="rifflux-query")
+
+
+class QueryVector:
+    """One search's query embedding: computed once, on the first :meth:`get`, or beside
+    the caller after :meth:`start`."""
+
+    def __init__(self, snapshot: IndexSnapshot, query: str) -> None:
+        self._embed = snapshot.embedder.embed_query
+        self._query = query
+        self._future: Future[np.ndarray | None] | None = None
+
+    def start(self) -> None:
+        """Embed the query in the shared pool while the caller does other work."""
+        if self._future is None:
+            self._future = _embed_pool.submit(self._embed, self._query)
+
+    def get(self) -> np.ndarray | None:
+        if self._future is None:
+            done: Future[np.ndarray | None] = Future()
+            done.set_result(self._embed(self._query))
+            self._future = done
+        return self._future.result()
+
+
 @dataclass(frozen=True, slots=True)
 class Ranked:
     """One ranked chunk before it is read: ``score`` is higher-better (−bm25 for
@@ -91,9 +131,10 @@ def rank(
     if admitted is not None and admitted.shape[0] == 0:
         return [], None
     depth = candidate_depth(snapshot, request, top_k)
+    query_vec = QueryVector(snapshot, request.query)
     while True:
         deadline.check()
-        ranked, warning, deeper = _ranked(snapshot, request, depth, admitted, deadline)
+        ranked, warning, deeper = _ranked(snapshot, request, depth, admitted, deadline, query_vec)
         if request.group_by != "file":
             break
         ranked = best_per_file(snapshot, ranked)
@@ -124,14 +165,25 @@ def _ranked(
     depth: int,
     admitted: np.ndarray | None,
     deadline: Deadline,
+    query_vec: QueryVector | None = None,
 ) -> tuple[list[Ranked], str | None, bool]:
     """(ranked candidates best first, warning, whether a side may hold more)."""
     query, mode = request.query, request.mode
+    query_vec = query_vec or QueryVector(snapshot, query)
     warning = None
     semantic: list[SemanticHit] = []
+    lexical: list[LexicalHit] | None = None
+    costly = snapshot.embedder.last_seconds >= BESIDE_MIN_SECONDS
+    if mode == "hybrid" and costly and _stored_model(snapshot) is not None:
+        # The lexical half runs while the query is embedded beside it.
+        query_vec.start()
+        lexical = lexical_search(snapshot.conn, query, depth, snapshot.lexical, admitted)
+        deadline.check()
     if mode != "lexical":
         try:
-            semantic = semantic_hits(snapshot, query, depth, admitted, deadline.check)
+            semantic = semantic_hits(
+                snapshot, query, depth, admitted, deadline.check, query_vec=query_vec
+            )
         except CacheCorrupt as exc:
             warning = (
                 f"the vector cache is corrupt ({exc}); these are lexical results "
@@ -151,9 +203,10 @@ def _ranked(
             warning,
             deeper,
         )
-    deadline.check()
-    lexical = lexical_search(snapshot.conn, query, depth, snapshot.lexical, admitted)
-    deadline.check()
+    if lexical is None:
+        deadline.check()
+        lexical = lexical_search(snapshot.conn, query, depth, snapshot.lexical, admitted)
+        deadline.check()
     deeper = deeper or len(lexical) >= depth
     if mode == "lexical":
         ranked = [Ranked(h.row_id, h.key, -h.bm25, {"bm25": h.bm25}) for h in lexical]
@@ -282,24 +335,36 @@ def semantic_hits(
     limit: int,
     admitted: np.ndarray | None = None,
     check: Callable[[], None] | None = None,
+    *,
+    query_vec: QueryVector | None = None,
 ) -> list[SemanticHit]:
     """The best ``limit`` chunks by cosine from the vector cache (none before the index
-    has vectors); an embedder other than the index's is one line (reindex)."""
-    stored = snapshot.stored_model()
+    has vectors); an embedder other than the index's is one line (reindex).
+    ``query_vec``: the search's embedding of ``query`` (default: embedded here)."""
+    stored = _stored_model(snapshot)
     if stored is None:
         return []
+    vector = (query_vec or QueryVector(snapshot, query)).get()
+    if vector is None:
+        return []
+    # Vector cache: memory-mapped segments, checked against the index generation.
+    if check is not None:
+        check()
+    return snapshot.vectors.search(
+        snapshot.conn, snapshot.db_path, stored, vector, limit, admitted, check
+    )
+
+
+def _stored_model(snapshot: IndexSnapshot) -> str | None:
+    """The index's embedding model (None before it has vectors); one line (reindex)
+    when the configured embedder is another."""
+    stored = snapshot.stored_model()
+    if stored is None:
+        return None
     label = snapshot.embedder.label
     if stored != label:
         raise EmbeddingModelMismatch(
             f"the index was embedded with {stored!r} but the configured embedder is "
             f"{label!r}; reindex with `rifflux index --force PATH...`"
         )
-    query_vec = snapshot.embedder.embed_query(query)
-    if query_vec is None:
-        return []
-    # Vector cache: memory-mapped segments, checked against the index generation.
-    if check is not None:
-        check()
-    return snapshot.vectors.search(
-        snapshot.conn, snapshot.db_path, stored, query_vec, limit, admitted, check
-    )
+    return stored

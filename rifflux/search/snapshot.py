@@ -11,13 +11,15 @@ Invariants:
   the vector cache only reads its directory).
 * :class:`QueryEmbedder` builds the configured embedder once, on the first query that
   needs a vector, under a lock (the MCP server searches from several threads); its
-  ``label`` never loads a model.
+  ``label`` never loads a model; ``last_seconds`` is what its last query embedding
+  took (0 before the first), so a search can tell a costly embedder from a cheap one.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,7 @@ class QueryEmbedder:
         self._settings = settings
         self._embedder = embedder
         self._lock = threading.Lock()
+        self.last_seconds = 0.0
 
     @property
     def label(self) -> str:
@@ -57,7 +60,9 @@ class QueryEmbedder:
         """The query's vector, or ``None`` when the query has nothing to embed."""
         if not query.strip():
             return None
+        started = time.perf_counter()
         vector: np.ndarray = self.embedder.embed_batch([query])[0]
+        self.last_seconds = time.perf_counter() - started
         return vector
 
 

@@ -4,11 +4,16 @@ snapshot, and a CJK query is split by the very tokenizer the writer indexes with
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 from cjk_docs import CJK_DOCS
 from rifflux_testing import copy_corpus, make_settings
 
+from rifflux.config import Settings
+from rifflux.embed.hashing import HashEmbedder
 from rifflux.index.indexer import Indexer
 from rifflux.search import ranking
 from rifflux.search.query import build_cjk_match_query
@@ -48,3 +53,45 @@ def test_a_cjk_querys_bigrams_are_tokens_the_writer_indexed() -> None:
             assert match is not None
             clauses = [c.strip('"*') for c in match.split(" OR ") if " " not in c]
             assert clauses and set(clauses) <= indexed, (run, clauses)
+
+
+class RecordingEmbedder(HashEmbedder):
+    """The hash embedder, recording the thread of every query it embeds; ``pause``
+    seconds per call make it as costly as ONNX."""
+
+    def __init__(self, settings: Settings, pause: float = 0.0) -> None:
+        super().__init__(settings.hash_embedding_dim)
+        self.pause = pause
+        self.threads: list[str] = []
+
+    def embed_batch(self, texts: list[str]) -> np.ndarray:
+        self.threads.append(threading.current_thread().name)
+        time.sleep(self.pause)
+        return super().embed_batch(texts)
+
+
+def test_a_hybrid_query_is_embedded_once_beside_its_lexical_half_when_costly(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    Indexer(settings).run([copy_corpus(tmp_path / "docs", limit=3)])
+    plain = SearchService(settings)
+    costly = RecordingEmbedder(settings, pause=2 * ranking.BESIDE_MIN_SECONDS)
+    cheap = RecordingEmbedder(settings)
+    services = [SearchService(settings, embedder=e) for e in (costly, cheap)]
+    here = threading.current_thread().name
+    try:
+        for service in services:
+            service.search("pull request", mode="semantic", top_k=5)  # Learns the cost.
+        assert costly.threads == cheap.threads == [here]
+        # Three files, group_by="file" and top_k 5: it searches deeper twice (depth 5,
+        # 20, 80), and the query is still embedded once.
+        options = {"mode": "hybrid", "group_by": "file", "top_k": 5}
+        expected = plain.search("review pull request code", **options)
+        for service in services:
+            assert service.search("review pull request code", **options) == expected
+        assert len(costly.threads) == 2 and costly.threads[1].startswith("rifflux-query")
+        assert cheap.threads == [here, here]  # A cheap embedding is not handed over.
+    finally:
+        for service in [*services, plain]:
+            service.close()
