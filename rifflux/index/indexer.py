@@ -33,6 +33,7 @@ from rifflux.index.prepare import chunk_file, embed_texts
 from rifflux.index.scan import SkippedFile
 from rifflux.store.connection import open_index
 from rifflux.store.jobs import JobRecord
+from rifflux.store.segments import merge_after_job
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish_quietly
 
@@ -191,6 +192,7 @@ class Indexer:
             if prune_missing:
                 doomed = doomed_paths(conn, found)
                 report.files_deleted = IndexWriter(conn).delete_files(doomed) if doomed else 0
+            merge_after_job(conn, report.chunks_written)
             if progress is not None:
                 progress(len(scan.files), len(scan.files))
         finally:

@@ -11,7 +11,8 @@ chunk (index host)         → the lexical phase: chunks the files and writes th
 embed (anywhere)           → batch-embeds those texts; never opens the index.
 write_vectors (index host) → the vector phase: attaches the vectors by text hash to the
                              chunks that still lack one, settles the batch.
-finalize (index host)      → prunes vanished files, settles the job state, publishes vectors.
+finalize (index host)      → prunes vanished files, settles the job state, publishes vectors;
+                             after a large job, merges the FTS5 segments (rifflux.store.segments).
 
 During a job, lexical search covers every chunk written so far, semantic search the
 chunks with a vector (in the published cache), and hybrid fuses both, so a chunk still
@@ -84,6 +85,7 @@ from rifflux.store.knowledge import stale_paths
 from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader
 from rifflux.store.rows import PreparedFile
+from rifflux.store.segments import merge_after_job
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
@@ -673,6 +675,10 @@ def fail_batch(failure: BatchFailure) -> bool:
 def finalize(request: JobStep) -> jobs.JobRecord | None:
     """Prune vanished files and settle the job: completed, or failed if a batch failed.
 
+    A job that wrote a large share of the index merges its FTS5 segments first
+    (:func:`~rifflux.store.segments.merge_after_job`), so the job reads completed with
+    the index compact; a small edit job does not pay for it.
+
     The vector cache is published before the job reads as completed, and again after the
     prune only if it deleted a file (otherwise the generation did not move). A job that
     changed nothing finds the cache as published (stat keys, ``trust_stamps``) and reads
@@ -687,6 +693,7 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
         prune = list(job.prune_paths)
         vector_index = JobSpec.from_dict(job.options).vector_index
         publish_quietly(db_path, source="finalize", trust_stamps=True, vector_index=vector_index)
+        merge_after_job(conn, job.chunks_written, job_id=job_id)
         deleted = 0
         with transaction(conn):
             current = jobs.get_job(conn, job_id)

@@ -151,10 +151,20 @@ _ABOUT_TOP = (
     "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
     "ORDER BY top.score, f.path, c.chunk_index"
 )
+# The best text matches ``{rows}`` (id, score) with each one's about bonus ``{bonus}`` (id,
+# score) added: ``rows.score + coalesce(bonus.score, 0.0)``, the same two-term sum as a
+# LEFT JOIN, but as one sort of both lists grouped by id. The LEFT JOIN scanned every about
+# match for every text match (SQLite built no index on the materialized CTE): at ~200k
+# generated chunks with front matter, 3.5–19 s for queries of common words, against tens
+# of milliseconds now (BENCHMARKS.md, issue 22).
+_WITH_ABOUT_BONUS = (
+    "SELECT id, max(s) + coalesce(max(b), 0.0) AS score FROM ("
+    "SELECT id, score AS s, NULL AS b FROM {rows} UNION ALL SELECT id, NULL, score FROM {bonus}"
+    ") GROUP BY id HAVING max(s) IS NOT NULL ORDER BY score LIMIT ?"
+)
 _TOP_ABOUT_SQL = (
     "WITH " + _ABOUT_CTES + "a AS (SELECT id, score FROM a0), "
-    "t1 AS (SELECT m.id AS id, m.score + coalesce(a.score, 0.0) AS score FROM m "
-    "LEFT JOIN a ON a.id = m.id ORDER BY score LIMIT ?), " + _ABOUT_TOP
+    "t1 AS (" + _WITH_ABOUT_BONUS.format(rows="m", bonus="a") + "), " + _ABOUT_TOP
 )
 _TOP_ABOUT_WITH_PATH_SQL = (
     "WITH p AS (SELECT rowid AS file_id, {w} * bm25(" + PATH_TABLE + ") AS score "
@@ -167,10 +177,10 @@ _TOP_ABOUT_WITH_PATH_SQL = (
     + "a AS (SELECT a0.id AS id, a0.score + coalesce(p.score, 0.0) AS score FROM a0 "
     "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = a0.id "
     "LEFT JOIN p ON p.file_id = k.file_id), "
-    "t1 AS (SELECT m.id AS id, m.score + coalesce(p.score, 0.0) + coalesce(a0.score, 0.0) "
-    "AS score FROM m JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
-    "LEFT JOIN p ON p.file_id = k.file_id LEFT JOIN a0 ON a0.id = m.id "
-    "ORDER BY score LIMIT ?), " + _ABOUT_TOP
+    "mp AS (SELECT m.id AS id, m.score + coalesce(p.score, 0.0) AS score FROM m "
+    "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
+    "LEFT JOIN p ON p.file_id = k.file_id), "
+    "t1 AS (" + _WITH_ABOUT_BONUS.format(rows="mp", bonus="a0") + "), " + _ABOUT_TOP
 )
 _ANY_ABOUT_SQL = f"SELECT 1 FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ? LIMIT 1"
 

@@ -1,0 +1,211 @@
+"""Lexical search latency at ~200k chunks, in-process, with the FTS5 segment count.
+
+Generates the corpus with ``scale_corpus.py`` if ``WORKDIR/corpus`` is missing (25k files
+≈ 200k chunks by default) and indexes it in-process with the hash embedder if
+``WORKDIR/index.db`` is missing, then times ``SearchService.search(mode="lexical")``
+(query cache off) over realistic queries lifted from the indexed chunks: runs of 2–6
+consecutive words, some quoted as phrases. Each query is labelled by the rarest of its
+terms: ``rare`` (a term in under 0.1% of chunks), ``common`` (every term in 1% or more)
+or ``mid``; ``phrase`` for the quoted ones. Reports p50/p95/p99 overall and per label,
+and the FTS5 segment count of ``chunks_fts``.
+
+``--optimize`` then merges every FTS5 table into one segment (what a large job's finalize
+does now, rifflux.store.segments), reports what that cost and times the same queries
+again, and checks that every query returns the same ranking (ids and scores).
+
+    .venv/bin/python benchmarks/lexical_scale.py --workdir /work/bench-fts --optimize
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import sqlite3
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scale_corpus import generate
+
+import rifflux
+from rifflux.config import Settings
+from rifflux.errors import SearchTimeoutError
+from rifflux.index.indexer import Indexer
+from rifflux.search.query import query_terms
+from rifflux.search.service import SearchService
+from rifflux.store.segments import FTS5_TABLES, optimize, segment_count
+
+SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+REPO_SOURCE = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "awesome-copilot"
+WORD = re.compile(r"[A-Za-z]{2,}")
+
+
+def default_source() -> Path:
+    for candidate in (SHARED_SOURCE, Path("/work/shared/corpora/awesome-copilot"), REPO_SOURCE):
+        if candidate.is_dir():
+            return candidate
+    return REPO_SOURCE
+
+
+def build(workdir: Path, files: int, source: Path, settings: Settings) -> dict[str, Any]:
+    corpus = workdir / "corpus"
+    out: dict[str, Any] = {}
+    if not corpus.is_dir():
+        started = time.perf_counter()
+        generate(corpus, files, source=source)
+        out["generate_s"] = round(time.perf_counter() - started, 1)
+    if not Path(settings.db_path).exists():
+        started = time.perf_counter()
+        Indexer(settings).run([corpus])
+        out["index_s"] = round(time.perf_counter() - started, 1)
+    return out
+
+
+def document_frequency(conn: sqlite3.Connection, term: str, cache: dict[str, int]) -> int:
+    if term not in cache:
+        cache[term] = conn.execute(
+            "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{term}"',)
+        ).fetchone()[0]
+    return cache[term]
+
+
+def make_queries(conn: sqlite3.Connection, count: int, seed: int) -> list[tuple[str, str]]:
+    """(label, query): runs of 2–6 consecutive words of random chunks, 20% as phrases."""
+    rng = random.Random(seed)
+    total, top = conn.execute("SELECT count(*), max(id) FROM chunks").fetchone()
+    df: dict[str, int] = {}
+    queries: list[tuple[str, str]] = []
+    while len(queries) < count:
+        row = conn.execute(
+            "SELECT content FROM chunks WHERE id >= ? ORDER BY id LIMIT 1", (rng.randint(1, top),)
+        ).fetchone()
+        words = WORD.findall(row[0]) if row else []
+        n = rng.randint(2, 6)
+        if len(words) < n:
+            continue
+        start = rng.randrange(len(words) - n + 1)
+        text = " ".join(w.lower() for w in words[start : start + n])
+        if rng.random() < 0.2:
+            queries.append(("phrase", f'"{text}"'))
+            continue
+        rarest = min(document_frequency(conn, t, df) for t in query_terms(text))
+        label = "rare" if rarest < total / 1000 else "common" if rarest >= total / 100 else "mid"
+        queries.append((label, text))
+    return queries
+
+
+def percentiles(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+    return {
+        "n": len(ordered),
+        "p50": round(statistics.median(ordered), 2),
+        "p95": at(0.95),
+        "p99": at(0.99),
+    }
+
+
+def measure(
+    settings: Settings, queries: list[tuple[str, str]], rounds: int
+) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
+    service = SearchService(settings)
+    by_label: dict[str, list[float]] = {}
+    rankings: list[list[tuple[str, float]]] = []
+    timeouts: list[str] = []
+    try:
+        service.search(queries[0][1], top_k=10, mode="lexical")  # warm-up
+        for round_no in range(rounds):
+            for label, query in queries:
+                t0 = time.perf_counter()
+                try:
+                    response = service.search(query, top_k=10, mode="lexical")
+                except SearchTimeoutError:
+                    response = []
+                    if round_no == 0:
+                        timeouts.append(query)
+                elapsed = (time.perf_counter() - t0) * 1000
+                by_label.setdefault(label, []).append(elapsed)
+                if round_no == 0:
+                    rankings.append(
+                        [(r["chunk_id"], r["score_breakdown"]["bm25"]) for r in response]
+                    )
+    finally:
+        service.close()
+    every = [t for times in by_label.values() for t in times]
+    out: dict[str, Any] = {"all": percentiles(every)}
+    out.update({label: percentiles(times) for label, times in sorted(by_label.items())})
+    out["timed_out"] = timeouts
+    return out, rankings
+
+
+def segments(db: Path) -> dict[str, int]:
+    conn = sqlite3.connect(db)
+    try:
+        return {table: segment_count(conn, table) for table in FTS5_TABLES}
+    finally:
+        conn.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/work/bench-fts"))
+    parser.add_argument("--db", type=Path, help="index (default: WORKDIR/index.db)")
+    parser.add_argument("--files", type=int, default=25_000)
+    parser.add_argument("--source", type=Path, default=default_source())
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=22)
+    parser.add_argument("--optimize", action="store_true", help="merge, then measure again")
+    args = parser.parse_args()
+    os.environ["RIFFLUX_EMBEDDING_BACKEND"] = "hash"
+    os.environ["RIFFLUX_QUERY_CACHE_SIZE"] = "0"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    db = args.db or args.workdir / "index.db"
+    settings = Settings.from_env().with_overrides(db_path=db)
+    report: dict[str, Any] = {
+        "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}",
+        "db": str(db),
+        "code": str(Path(rifflux.__file__).parent),
+    }
+    report["build"] = build(args.workdir, args.files, args.source, settings)
+    conn = sqlite3.connect(db)
+    try:
+        report["chunks"] = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        report["fts_data_rows"] = conn.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
+        queries = make_queries(conn, args.queries, args.seed)
+    finally:
+        conn.close()
+    report["segments"] = segments(db)
+    report["lexical_ms"], rankings = measure(settings, queries, args.rounds)
+    print(json.dumps(report, indent=2), flush=True)
+    if args.optimize:
+        conn = sqlite3.connect(db)
+        try:
+            started = time.perf_counter()
+            merged = optimize(conn)
+            report["optimize_s"] = round(time.perf_counter() - started, 2)
+            report["optimized_tables"] = merged
+            report["fts_data_rows_after"] = conn.execute(
+                "SELECT count(*) FROM chunks_fts_data"
+            ).fetchone()[0]
+        finally:
+            conn.close()
+        report["segments_after"] = segments(db)
+        report["lexical_ms_after"], after = measure(settings, queries, args.rounds)
+        report["same_rankings"] = after == rankings
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""FTS5 segment merging after large jobs: a query reads one b-tree per term, not dozens.
+
+Every write transaction adds a segment to each FTS5 table it touched; FTS5's automerge
+folds them level by level, but a large job still leaves many segments, and a query walks
+every segment for each of its terms (and skips the postings deleted since). After a job
+that rewrote a large share of the index, :func:`merge_after_job` runs FTS5's
+``'optimize'`` (every segment into one; deleted postings dropped) on each FTS5 table.
+
+Invariants:
+
+* Only the writer merges (the finalize step of a job, or the in-process indexer after its
+  run); readers never write. The merge is one transaction of its own: readers keep
+  their snapshot (WAL) and see the merged index when it commits; a failed merge changes
+  nothing and the job still completes.
+* Merging never changes what a query returns or its bm25() value: it rewrites how the
+  same postings are stored (tests/store/test_segments.py proves identical rankings).
+* Bounded: the cost of ``'optimize'`` grows with the whole table, so it runs only when
+  the job wrote at least :attr:`MergePolicy.min_fraction` of the index's chunks or
+  :attr:`MergePolicy.min_rows` chunks (a job that paid that much writing pays a bounded
+  multiple of it more) and the table has more than one segment. A small edit job never
+  pays it; automerge keeps its segments in check.
+* The segment count comes from FTS5's own structure record (one row of ``<table>_data``),
+  so deciding costs one row read per table.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from rifflux.store.cjk import CJK_TABLE
+from rifflux.store.connection import transaction
+from rifflux.store.fts import FTS_TABLE
+from rifflux.store.paths import PATH_TABLE
+from rifflux.store.schema import ABOUT_TABLE
+
+log = structlog.get_logger(__name__)
+
+# Every FTS5 table of the index (names are constants: formatted into SQL, never user text).
+FTS5_TABLES = (FTS_TABLE, PATH_TABLE, ABOUT_TABLE, CJK_TABLE)
+# The structure record's rowid in ``<table>_data`` (FTS5_STRUCTURE_ROWID in fts5_index.c).
+_STRUCTURE_ROWID = 10
+# Written after the 4-byte cookie by SQLite ≥ 3.43's structure format (FTS5_STRUCTURE_V2).
+_STRUCTURE_V2 = b"\xff\x00\x00\x01"
+
+
+@dataclass(frozen=True, slots=True)
+class MergePolicy:
+    """When a job's writes earn an ``'optimize'``: at least ``min_fraction`` of the index's
+    chunks, or at least ``min_rows`` chunks, written by the job."""
+
+    min_fraction: float = 0.25
+    min_rows: int = 100_000
+
+    def due(self, rows_written: int, rows_total: int) -> bool:
+        if rows_written <= 0:
+            return False
+        return rows_written >= self.min_rows or rows_written >= self.min_fraction * rows_total
+
+
+DEFAULT_POLICY = MergePolicy()
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """SQLite's varint at ``at``: (value, next offset)."""
+    value = 0
+    for i in range(8):
+        byte = data[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, at + i + 1
+    return (value << 8) | data[at + 8], at + 9
+
+
+def segment_count(conn: sqlite3.Connection, table: str = FTS_TABLE) -> int:
+    """How many segments the FTS5 ``table`` has (0: empty, or no such table)."""
+    try:
+        row = conn.execute(
+            f"SELECT block FROM {table}_data WHERE id = ?", (_STRUCTURE_ROWID,)
+        ).fetchone()
+    except sqlite3.OperationalError:
+        return 0
+    if row is None or row[0] is None:
+        return 0
+    data = bytes(row[0])
+    at = 8 if data[4:8] == _STRUCTURE_V2 else 4
+    _levels, at = _varint(data, at)
+    segments, _ = _varint(data, at)
+    return segments
+
+
+def optimize(conn: sqlite3.Connection) -> dict[str, int]:
+    """Merge every FTS5 table with more than one segment into one, in one transaction;
+    each merged table's segment count before."""
+    merged: dict[str, int] = {}
+    with transaction(conn):
+        for table in FTS5_TABLES:
+            before = segment_count(conn, table)
+            if before > 1:
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+                merged[table] = before
+    return merged
+
+
+def merge_after_job(
+    conn: sqlite3.Connection,
+    rows_written: int,
+    *,
+    policy: MergePolicy = DEFAULT_POLICY,
+    job_id: str = "",
+) -> dict[str, int]:
+    """After a job that wrote ``rows_written`` chunks: :func:`optimize` when ``policy``
+    says it is due; the tables merged with their segment counts before ({}: none).
+    A failure (the database busy past the retries, the disk full) is logged, never
+    raised: the index is as it was, only less compact."""
+    bound = log.bind(job_id=job_id, rows_written=rows_written)
+    if rows_written <= 0 or segment_count(conn) <= 1:
+        return {}
+    total = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    if not policy.due(rows_written, total):
+        return {}
+    started = time.perf_counter()
+    try:
+        merged = optimize(conn)
+    except sqlite3.Error as exc:
+        bound.warning("fts.optimize_failed", error=str(exc))
+        return {}
+    bound.info(
+        "fts.optimized",
+        rows_total=total,
+        segments_before=merged,
+        duration_s=round(time.perf_counter() - started, 3),
+    )
+    return merged

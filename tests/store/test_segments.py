@@ -1,0 +1,167 @@
+"""FTS5 segment merging after large jobs (rifflux.store.segments): the finalize of a job that
+rewrote a large share of the index leaves every FTS5 table in one segment with the same
+rankings; a small edit job leaves the segments alone."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from rifflux_testing import copy_corpus, make_settings
+
+from rifflux.embed.hashing import HashEmbedder
+from rifflux.index import pipeline
+from rifflux.index.indexer import Indexer
+from rifflux.index.messages import EmbedRequest, VectorsRequest, finalize_request, plan_request
+from rifflux.queue.client import IndexQueue
+from rifflux.search.lexical import lexical_search
+from rifflux.store import jobs
+from rifflux.store.connection import open_index
+from rifflux.store.fts import FTS_TABLE
+from rifflux.store.paths import PATH_TABLE
+from rifflux.store.segments import MergePolicy, merge_after_job, optimize, segment_count
+
+QUERIES = (
+    "agent instructions for testing",
+    "azure deployment security review",
+    '"code review" python',
+    "mcp server tools",
+    "terraform",
+    "the",
+)
+
+
+def run_until_finalize(settings, corpus: Path) -> str:
+    """Submit a job and run every step but finalize, in this process (as the workers would)."""
+    queue = IndexQueue(settings)
+    try:
+        job_id = queue.submit([corpus])
+    finally:
+        queue.close()
+    chunks, embeds = [], []
+    pipeline.plan(
+        settings, plan_request(str(settings.db_path), job_id), chunks.append, embeds.append
+    )
+    for request in chunks:
+        outcome = pipeline.chunk(request)
+        if outcome.embed is not None:
+            embeds.append(outcome.embed)
+    for embed in embeds:
+        vectors = pipeline.embed(EmbedRequest.from_dict(embed.to_dict()), HashEmbedder())
+        pipeline.write_vectors(VectorsRequest.from_dict(vectors.to_dict()))
+    return job_id
+
+
+def finalize(settings, job_id: str) -> jobs.JobRecord:
+    record = pipeline.finalize(finalize_request(str(settings.db_path), job_id))
+    assert record is not None and record.state == "completed"
+    return record
+
+
+def rankings(db: Path) -> list[list[tuple[int, tuple[str, int], float]]]:
+    conn = open_index(db)
+    try:
+        return [[(h.row_id, h.key, h.bm25) for h in lexical_search(conn, q, 20)] for q in QUERIES]
+    finally:
+        conn.close()
+
+
+def segments(db: Path, table: str = FTS_TABLE) -> int:
+    conn = open_index(db)
+    try:
+        return segment_count(conn, table)
+    finally:
+        conn.close()
+
+
+def test_a_large_jobs_finalize_merges_the_fts_index_and_a_small_job_does_not(
+    tmp_path: Path,
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=40)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = run_until_finalize(settings, corpus)
+    unmerged = segments(settings.db_path)
+    assert unmerged > 1  # one segment per batch's transaction, not yet automerged to one
+    before = rankings(settings.db_path)
+    assert all(before[:-1]), "every test query finds something"
+
+    finalize(settings, job_id)  # the job wrote every chunk of the index
+    assert segments(settings.db_path) == 1
+    assert segments(settings.db_path, PATH_TABLE) == 1
+    assert rankings(settings.db_path) == before  # same rows, order and bm25() values
+
+    edited = sorted(corpus.rglob("*.md"))[0]
+    edited.write_text(edited.read_text() + "\n\nA terraform note about zygomorphic review.\n")
+    job_id = run_until_finalize(settings, corpus)
+    record = finalize(settings, job_id)
+    conn = open_index(settings.db_path)
+    total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    conn.close()
+    assert 0 < record.chunks_written < 0.25 * total  # a one-file job
+    # its deletes and inserts (one statement each) are left for automerge
+    assert 1 < segments(settings.db_path) <= 3
+
+
+def test_the_in_process_indexer_merges_after_a_full_run(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    Indexer(settings).run([corpus])
+    assert segments(settings.db_path) == 1
+    edited = sorted(corpus.rglob("*.md"))[0]
+    edited.write_text(edited.read_text() + "\n\nOne more zygomorphic line.\n")
+    report = Indexer(settings).run([corpus])
+    assert report.files_indexed == 1
+    assert 1 < segments(settings.db_path) <= 3  # not one segment per chunk written
+
+
+def test_segment_count_reads_fts5s_structure_record(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "t.db")
+    conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(heading_path, content)")
+    assert segment_count(conn) == 0
+    assert segment_count(conn, "missing_table") == 0
+    for n in range(3):  # one segment per transaction (automerge waits for 4 on a level)
+        with conn:
+            conn.execute("INSERT INTO chunks_fts VALUES ('h', ?)", (f"word{n} common",))
+    assert segment_count(conn) == 3
+    assert optimize(conn) == {FTS_TABLE: 3}
+    assert segment_count(conn) == 1
+    assert optimize(conn) == {}  # already one segment: nothing to do
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("written", "total", "due"),
+    [
+        (0, 0, False),
+        (1, 4, True),
+        (24, 100, False),
+        (25, 100, True),
+        (100_000, 10**7, True),
+        (99_999, 10**7, False),
+    ],
+)
+def test_the_policy_merges_only_after_jobs_that_wrote_a_large_share(
+    written: int, total: int, due: bool
+) -> None:
+    assert MergePolicy().due(written, total) is due
+
+
+def test_a_merge_that_fails_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE chunks (id INTEGER PRIMARY KEY)")
+    conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(heading_path, content)")
+    for n in range(2):
+        with conn:
+            conn.execute("INSERT INTO chunks VALUES (?)", (n + 1,))
+            conn.execute("INSERT INTO chunks_fts VALUES ('h', ?)", (f"word{n}",))
+    read_only = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:  # the write fails: logged, not raised, nothing changed
+        assert merge_after_job(read_only, 2) == {}
+    finally:
+        read_only.close()
+    assert segment_count(conn) == 2
+    assert merge_after_job(conn, 2) == {FTS_TABLE: 2}
+    assert segment_count(conn) == 1
+    conn.close()
