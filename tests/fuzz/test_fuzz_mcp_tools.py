@@ -20,23 +20,12 @@ from hypothesis import strategies as st
 from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))
-from mcp_support import build_tree
+from mcp_support import TOOL_NAMES, build_tree
 
 from rifflux.mcp.server import build_server
 from rifflux.mcp.tools import ToolContext
 
-TOOLS = [
-    "search_rifflux",
-    "reindex",
-    "index_status",
-    "get_chunk",
-    "get_file",
-    "search_decisions",
-    "search_errors",
-    "context_stats",
-    "multi_get",
-    "no_such_tool",
-]
+TOOLS = [*TOOL_NAMES, "no_such_tool"]
 FIELDS = [
     "query",
     "top_k",

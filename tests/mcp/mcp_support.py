@@ -64,6 +64,20 @@ the top so the plant branches out instead of flowering early in the summer heat.
 }
 
 
+TOOL_NAMES = (
+    "search_rifflux",
+    "reindex",
+    "index_status",
+    "get_chunk",
+    "get_file",
+    "search_decisions",
+    "search_errors",
+    "context_stats",
+    "multi_get",
+)
+"""Every tool the server lists, in registration order."""
+
+
 @dataclass(frozen=True)
 class IndexedTree:
     """A directory with a few documents, indexed into ``db_path`` (paths relative to root)."""

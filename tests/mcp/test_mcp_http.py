@@ -14,6 +14,7 @@ from http_support import (
     start_http_server,
 )
 from mcp_support import (  # noqa: F401  (fixtures)
+    TOOL_NAMES,
     IndexedTree,
     anyio_backend_fixture,
     shared_tree_fixture,
@@ -75,17 +76,7 @@ async def test_session_with_the_bearer_token_works(token_server: HttpServer) -> 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with http_session(token_server.url, auth) as session:
         tools = {tool.name for tool in (await session.list_tools()).tools}
-        assert tools == {
-            "search_rifflux",
-            "reindex",
-            "index_status",
-            "get_chunk",
-            "get_file",
-            "search_decisions",
-            "search_errors",
-            "context_stats",
-            "multi_get",
-        }
+        assert tools == set(TOOL_NAMES)
         result = await session.call_tool("search_rifflux", {"query": "basil", "top_k": 2})
         assert not result.is_error
         assert result.structured_content is not None

@@ -10,6 +10,7 @@ from typing import IO, Any
 import pytest
 from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
+    TOOL_NAMES,
     IndexedTree,
     anyio_backend_fixture,
     call_ok,
@@ -22,17 +23,7 @@ from mcp_types import CallToolResult
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {
-    "search_rifflux",
-    "reindex",
-    "index_status",
-    "get_chunk",
-    "get_file",
-    "search_decisions",
-    "search_errors",
-    "context_stats",
-    "multi_get",
-}
+TOOLS = set(TOOL_NAMES)
 RESULT_KEYS = {"chunk_id", "path", "heading_path", "chunk_index", "content", "score_breakdown"}
 BREAKDOWN_KEYS = {
     "lexical": {"bm25"},
