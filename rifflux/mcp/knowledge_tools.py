@@ -21,12 +21,11 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
-from mcp_types import ToolAnnotations
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from rifflux import status
 from rifflux.index.allowed import is_within
-from rifflux.mcp.arguments import MaxTokens
+from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.tools import ToolContext, check_served
 from rifflux.search import knowledge
 from rifflux.search.multi_get import check_paths, expand, read_files
@@ -41,8 +40,6 @@ from rifflux.store.reader import IndexReader
 
 RunInThread = Callable[..., Awaitable[Any]]
 ClientRoots = Callable[[Context[Any, Any]], Awaitable[list[Path] | None]]
-
-_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 def search_decisions(
@@ -118,7 +115,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
     ``roots`` asks the client for its roots (``server.py``'s ``_in_thread`` and
     ``client_roots``)."""
 
-    @server.tool(name="search_decisions", annotations=_READ_ONLY)
+    @server.tool(name="search_decisions", annotations=READ_ONLY)
     async def search_decisions_tool(
         query: _QUERY,
         limit: _LIMIT = 10,
@@ -144,7 +141,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         """
         return await run(search_decisions, ctx, query, limit, decision_type, status, max_tokens)
 
-    @server.tool(name="search_errors", annotations=_READ_ONLY)
+    @server.tool(name="search_errors", annotations=READ_ONLY)
     async def search_errors_tool(
         query: _QUERY, limit: _LIMIT = 10, max_tokens: _MAX_TOKENS = None
     ) -> dict[str, Any]:
@@ -156,7 +153,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         """
         return await run(search_errors, ctx, query, limit, max_tokens)
 
-    @server.tool(name="context_stats", annotations=_READ_ONLY)
+    @server.tool(name="context_stats", annotations=READ_ONLY)
     async def context_stats_tool() -> dict[str, Any]:
         """Index statistics: {files, chunks, embeddings, embedding_coverage,
         embedding_model, generation, db_path, knowledge: {decisions: {total, by_status},
@@ -164,7 +161,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         chunks_by_kind}}."""
         return await run(context_stats, ctx)
 
-    @server.tool(name="multi_get", annotations=_READ_ONLY)
+    @server.tool(name="multi_get", annotations=READ_ONLY)
     async def multi_get_tool(
         paths: Annotated[
             Any,

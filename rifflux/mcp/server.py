@@ -50,7 +50,7 @@ from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.mcp import knowledge_tools, tools
-from rifflux.mcp.arguments import MaxTokens
+from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.http import check_bind, serve_http
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
@@ -82,7 +82,6 @@ INSTRUCTIONS = (
 Transport = Literal["stdio", "http"]
 T = TypeVar("T")
 
-_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _REINDEX = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
@@ -91,7 +90,7 @@ _REINDEX = ToolAnnotations(
 def search_annotations(ctx: ToolContext) -> ToolAnnotations:
     """``search_rifflux`` is read-only unless RIFFLUX_AUTO_REINDEX_ON_SEARCH makes a search
     submit reindex jobs: then it says so, with reindex's hints (docs/mcp.md)."""
-    return _READ_ONLY if ctx.auto_reindex is None else _REINDEX
+    return READ_ONLY if ctx.auto_reindex is None else _REINDEX
 
 
 async def _in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -228,13 +227,13 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
             tools.reindex, ctx, path, paths, force, prune_missing, background, roots
         )
 
-    @server.tool(annotations=_READ_ONLY)
+    @server.tool(annotations=READ_ONLY)
     async def index_status() -> dict[str, Any]:
         """Index counts, embedding model, live workers, queue depths, recent jobs and
         the file watcher's state."""
         return await _in_thread(tools.index_status, ctx)
 
-    @server.tool(annotations=_READ_ONLY)
+    @server.tool(annotations=READ_ONLY)
     async def get_chunk(
         chunk_id: Annotated[str, Field(description="A chunk_id from search results.")],
         neighbors: Annotated[
@@ -254,7 +253,7 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(tools.get_chunk, ctx, chunk_id, roots, neighbors)
 
-    @server.tool(annotations=_READ_ONLY)
+    @server.tool(annotations=READ_ONLY)
     async def get_file(
         path: Annotated[
             str,

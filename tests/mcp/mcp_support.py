@@ -162,6 +162,17 @@ async def call_ok(
     return result.structured_content
 
 
+async def call_error(session: ClientSession, tool: str, *, timeout: float, **arguments: Any) -> str:
+    """The one line of text of a tool call that must fail within ``timeout`` s: never a
+    traceback, never more than one line."""
+    with anyio.fail_after(timeout):
+        result = await session.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    text = str(result.content[0].text)  # type: ignore[union-attr]
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
 def plain_words(query: str) -> str:
     """``query`` with every character that is not part of a word replaced by a space."""
     return re.sub(r"\W+", " ", query)

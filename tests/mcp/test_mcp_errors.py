@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
     build_tree,
+    call_error,
     stdio_session,
 )
 
@@ -34,11 +34,8 @@ MAX_LINE = 400  # ~200 characters of echoed input plus the words (and roots) aro
 
 
 async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await session.call_tool(tool, arguments)
-    assert result.is_error, result.structured_content
-    text = str(result.content[0].text)  # type: ignore[union-attr]
-    assert "\n" not in text and "Traceback" not in text and "internal error" not in text, text
+    text = await call_error(session, tool, timeout=CALL_TIMEOUT_S, **arguments)
+    assert "internal error" not in text, text
     return text
 
 

@@ -15,6 +15,7 @@ from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
+    call_error,
     call_ok,
     stdio_session,
 )
@@ -53,11 +54,7 @@ async def ok(session: ClientSession, tool: str, **arguments: Any) -> dict[str, A
 
 
 async def error(session: ClientSession, tool: str, **arguments: Any) -> str:
-    result = await session.call_tool(tool, arguments)
-    assert result.is_error
-    text = result.content[0].text
-    assert "\n" not in text and "Traceback" not in text
-    return text
+    return await call_error(session, tool, timeout=TIMEOUT, **arguments)
 
 
 async def test_the_knowledge_tools_are_listed_with_their_arguments(session: ClientSession) -> None:

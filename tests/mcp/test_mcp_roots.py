@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
+    call_error,
+    call_ok,
     stdio_session,
     write_docs,
 )
@@ -44,27 +45,12 @@ NOTES = {"notes/plants.md": "# Plants\n\nBasil grows well next to tomatoes in fu
 REPO = {"docs/guide.md": "# Guide\n\nClone the repository and run make to build it.\n"}
 
 
-async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, Any]:
-    """(is_error, structured result or the error's one line of text)."""
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await session.call_tool(tool, arguments)
-    if result.is_error:
-        text = result.content[0].text  # type: ignore[union-attr]
-        assert "\n" not in text and "Traceback" not in text
-        return True, text
-    return False, result.structured_content
-
-
 async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
-    is_error, text = await call(session, tool, **arguments)
-    assert is_error, text
-    return str(text)
+    return await call_error(session, tool, timeout=CALL_TIMEOUT_S, **arguments)
 
 
 async def ok(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    is_error, data = await call(session, tool, **arguments)
-    assert not is_error, data
-    return dict(data)
+    return await call_ok(session, tool, timeout=CALL_TIMEOUT_S, **arguments)
 
 
 def no_roots(cwd: Path, why: str) -> str:
