@@ -77,8 +77,6 @@ class IndexReport:
     @classmethod
     def from_job(cls, record: JobRecord, embedding_model: str) -> IndexReport:
         """The report of a queued job, from its record."""
-        ended = record.finished_at or record.updated_at
-        began = record.started_at or record.created_at
         return cls(
             roots=list(record.roots),
             embedding_model=embedding_model,
@@ -88,7 +86,7 @@ class IndexReport:
             chunks_written=record.chunks_written,
             vectors_new=record.chunks_embedded,
             skipped=[SkippedFile(s["path"], s["reason"]) for s in record.skipped],
-            duration_s=round(max(0.0, ended - began), 3),
+            duration_s=record.duration_s,
             job_id=record.id,
             state=record.state,
             files_skipped=record.files_skipped,

@@ -716,7 +716,7 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
                 files_failed=record.files_failed,
                 files_deleted=record.files_deleted,
                 chunks_embedded=record.chunks_embedded,
-                duration_s=round((record.finished_at or 0) - (record.started_at or 0), 3),
+                duration_s=record.duration_s,
             )
         return record
     finally:

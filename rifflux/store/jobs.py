@@ -66,6 +66,13 @@ class JobRecord:
     updated_at: float = 0.0
 
     @property
+    def duration_s(self) -> float:
+        """Seconds from its start (else its creation) to its end (else its last update)."""
+        ended = self.finished_at or self.updated_at
+        began = self.started_at or self.created_at
+        return round(max(0.0, ended - began), 3)
+
+    @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
