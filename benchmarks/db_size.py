@@ -8,7 +8,7 @@ bytes (the sum of the file sizes), the main file's bytes, their ratio, and the b
 every table and index (SQLite's ``dbstat`` virtual table; an FTS5 table's shadow tables
 are grouped under it).
 
-    nice -n 10 .venv/bin/python benchmarks/db_size.py --workdir /work/bench-dbsize
+    nice -n 10 .venv/bin/python benchmarks/db_size.py --workdir /work/bench-dbsize --out size.json
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main() -> int:
     parser.add_argument("--db", type=Path, help="index (default: WORKDIR/index.db)")
     parser.add_argument("--files", type=int, default=25_000)
     parser.add_argument("--source", type=Path, default=SHARED_SOURCE)
+    parser.add_argument("--out", type=Path, help="write the JSON here (the log goes to stdout)")
     args = parser.parse_args()
     corpus = args.workdir / "corpus"
     db = args.db or args.workdir / "index.db"
@@ -121,8 +122,10 @@ def main() -> int:
     out["corpus_files"], out["corpus_text_bytes"] = corpus_bytes(corpus)
     out.update(breakdown(db))
     out["ratio"] = round(out["db_bytes"] / out["corpus_text_bytes"], 2)
-    json.dump(out, sys.stdout, indent=1)
-    print()
+    text = json.dumps(out, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
     return 0
 
 
