@@ -25,6 +25,7 @@ from rifflux.search.fusion import min_max_normalised, rrf_fuse
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions, lexical_search
 from rifflux.search.service import SearchService
 from rifflux.store.reader import IndexReader
+from rifflux.store.vector_blobs import float_row
 from rifflux.vectors.cache import VectorCache
 
 Hit = tuple[tuple[str, int], float]
@@ -245,7 +246,8 @@ class Lab:
         """The indexed (unit) vectors of chunks ``keys``, read from SQLite."""
         reader = IndexReader(self.service.connection())
         blobs = [reader.vector_of_chunk(path, chunk_index) for path, chunk_index in keys]
-        vectors = [np.frombuffer(blob, dtype="<f4") for blob in blobs if blob is not None]
+        dim = self.embedder.dim
+        vectors = [float_row(blob, dim) for blob in blobs if blob is not None]
         return l2_normalise(np.stack(vectors)) if vectors else np.zeros((0, self.embedder.dim))
 
     def moved_semantic_hits(

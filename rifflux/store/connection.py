@@ -296,6 +296,9 @@ def open_index(path: Path | str) -> sqlite3.Connection:
             if version is None:
                 _refuse_foreign(conn, db_path)
         if version is None:
+            # Before the first page is written (a no-op on a file a racing opener
+            # created): pages freed later go back to the file system (free_pages).
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             _use_wal(conn)
             with transaction(conn):
                 # Re-read under the write lock: a racing opener may have created it.

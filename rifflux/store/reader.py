@@ -126,8 +126,8 @@ class IndexReader:
     # -- vectors -------------------------------------------------------------------
 
     def reusable_vectors(self, hashes: Sequence[str], model: str) -> dict[str, tuple[int, bytes]]:
-        """A stored ``model`` vector (dim, raw float32 bytes) for each of ``hashes`` that has
-        one."""
+        """A stored ``model`` vector (dim, blob: int8, or float32 in an older index; see
+        rifflux.store.vector_blobs) for each of ``hashes`` that has one."""
         found: dict[str, tuple[int, bytes]] = {}
         rows = select_in(
             self.conn,
@@ -222,7 +222,7 @@ class IndexReader:
         )
 
     def vector_of_chunk(self, path: str, chunk_index: int) -> bytes | None:
-        """The stored vector (raw float32 bytes) of one chunk, if it has one."""
+        """The stored vector blob (rifflux.store.vector_blobs) of one chunk, if it has one."""
         row = self.conn.execute(
             "SELECT e.vec FROM embeddings e JOIN chunks c ON c.chunk_id = e.chunk_id "
             "JOIN files f ON f.id = c.file_id WHERE f.path = ? AND c.chunk_index = ?",

@@ -33,6 +33,7 @@ from rifflux.store import cjk, knowledge
 from rifflux.store.connection import transaction
 from rifflux.store.reader import INDEXED_ROOTS_KEY, IndexReader
 from rifflux.store.rows import PreparedFile
+from rifflux.store.vector_blobs import compact, encode_rows
 
 
 @dataclass(slots=True)
@@ -56,10 +57,6 @@ _INSERT_CHUNKS = (
     "embed_sha256, headings) VALUES "
 )
 _CHUNK_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
-
-
-def _vector_bytes(vec: np.ndarray) -> bytes:
-    return np.ascontiguousarray(vec, dtype="<f4").tobytes()
 
 
 class IndexWriter(IndexReader):
@@ -106,7 +103,11 @@ class IndexWriter(IndexReader):
         stats = RowsStats()
         hashes = sorted({chunk.embed_sha256 for f in files for chunk in f.chunks})
         # Read reusable vectors before the old chunks (and their vectors) are deleted.
-        reusable = self.reusable_vectors(hashes, model) if hashes else {}
+        # A float32 row of an older index is copied as its int8 row (vector_blobs).
+        reusable = {
+            key: (dim, compact(blob, dim))
+            for key, (dim, blob) in (self.reusable_vectors(hashes, model) if hashes else {}).items()
+        }
         now = time.time()
         file_ids = [
             conn.execute(
@@ -170,15 +171,17 @@ class IndexWriter(IndexReader):
 
         Keyed by the text's sha256, a vector can only land on a chunk of exactly the text
         it was computed from: a chunk rewritten since (another job) no longer matches and
-        keeps waiting for its own vector.
+        keeps waiting for its own vector. Each is stored as its int8 row
+        (rifflux.store.vector_blobs), what the vector cache scores.
         """
         if not vectors:
             return 0
+        blobs = encode_rows(list(vectors.values()))
         cursor = self.conn.executemany(
             "INSERT INTO embeddings(chunk_id, model, dim, vec) "
             "SELECT c.chunk_id, ?, ?, ? FROM chunks c WHERE c.embed_sha256 = ? "
             "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id)",
-            [(model, dim, _vector_bytes(vec), key) for key, vec in vectors.items()],
+            [(model, dim, blob, key) for key, blob in zip(vectors, blobs, strict=True)],
         )
         added = max(cursor.rowcount, 0)
         if added:

@@ -64,9 +64,9 @@ from rifflux.store.connection import (
     transaction,
 )
 from rifflux.store.reader import IndexReader
+from rifflux.store.vector_blobs import int8_rows
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.hnsw import DEFAULT_EF, SUFFIX, wants_graph
-from rifflux.vectors.quantize import quantize_rows
 from rifflux.vectors.segments import (
     LOCK_NAME,
     MANIFEST_NAME,
@@ -182,12 +182,11 @@ def list_rowids(conn: sqlite3.Connection, model: str | None, dim: int) -> np.nda
 
 def read_vectors(conn: sqlite3.Connection, rowids: np.ndarray, model: str, dim: int) -> np.ndarray:
     """The int8 rows (:func:`~rifflux.vectors.quantize.quantize_rows`) of ``rowids``, in
-    that order. The database keeps the float32 vectors, so a cache can be re-quantized."""
-    out = np.empty((len(rowids), dim), dtype=np.float32)
+    that order: as stored, or quantized from the float32 rows of an older index
+    (rifflux.store.vector_blobs)."""
     where = {int(r): i for i, r in enumerate(rowids)}
-    for rowid, blob in IndexReader(conn).vectors_of_rowids(where, model):
-        out[where[int(rowid)]] = np.frombuffer(blob, dtype="<f4", count=dim)
-    return quantize_rows(out)
+    blobs = IndexReader(conn).vectors_of_rowids(where, model)
+    return int8_rows(((where[int(rowid)], blob) for rowid, blob in blobs), len(rowids), dim)
 
 
 def _open_current(directory: Path) -> tuple[Manifest | None, list[Segment], str | None]:

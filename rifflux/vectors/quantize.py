@@ -5,11 +5,13 @@ varies with the BLAS build, the thread count, the CPU and where a row sits in a 
 so two machines could order near-ties differently. CFS-012 asks that identical queries
 give identical results everywhere. So every stored row, and the query, is quantized:
 
-* **Quantization** (:func:`quantize_rows`): each row is scaled by ``127 / max |v_i|``
-  (taken in float64) and rounded half-to-even to int8, so its largest component is
-  ±127. Scaling per row keeps ~5 more bits of precision for a typical MiniLM row
-  (largest component ~0.2-0.3) than one global scale would. Cosine is scale-invariant,
-  so the float row need not be normalised first. A zero row stays zero.
+* **Quantization** (:func:`~rifflux.store.vector_blobs.quantize_rows`, in the store
+  because the database keeps the quantized rows): each row is scaled by
+  ``127 / max |v_i|`` (taken in float64) and rounded half-to-even to int8, so its
+  largest component is ±127. Scaling per row keeps ~5 more bits of precision for a
+  typical MiniLM row (largest component ~0.2-0.3) than one global scale would. Cosine
+  is scale-invariant, so the float row need not be normalised first. A zero row stays
+  zero.
 * **Exactness**: with ``|v_i| <= 127`` and ``dim <= 1040``, every partial sum of a dot
   product of two int8 rows is an integer of magnitude ``< 2**24`` (384 · 127² =
   6,193,536), which float32 represents exactly. So a float32 sum of the products is the
@@ -41,31 +43,10 @@ import math
 import numkong
 import numpy as np
 
-# Largest magnitude of a quantized component.
-QMAX = 127
-# Rows quantized per float64 pass: float64 temporaries of a whole 9,101-row matrix made a
-# worker's publish peak at 88 MB (BENCHMARKS.md, Small ONNX workers).
-QUANTIZE_BLOCK_ROWS = 1024
+from rifflux.store.vector_blobs import quantize_rows
+
 # Rows per step of squared_norms (bounds its int64 temporary).
 SCAN_BLOCK_ROWS = 1024
-# Longest row whose int8 dot products stay exact in float32: dim · 127² < 2**24.
-MAX_EXACT_DIM = (2**24 - 1) // (QMAX * QMAX)
-
-
-def quantize_rows(matrix: np.ndarray) -> np.ndarray:
-    """int8 rows, each scaled so its largest component is ±127 (zero rows stay zero)."""
-    matrix = np.asarray(matrix)
-    if matrix.ndim != 2:
-        raise ValueError(f"expected a 2-d matrix, got shape {matrix.shape}")
-    if matrix.shape[1] > MAX_EXACT_DIM:
-        raise ValueError(f"dimension {matrix.shape[1]} exceeds {MAX_EXACT_DIM}")
-    out = np.empty(matrix.shape, dtype=np.int8)
-    for start in range(0, matrix.shape[0], QUANTIZE_BLOCK_ROWS):
-        wide = np.asarray(matrix[start : start + QUANTIZE_BLOCK_ROWS], dtype=np.float64)
-        peak = np.max(np.abs(wide), axis=1, initial=0.0)[:, None]
-        scaled = np.divide(wide * QMAX, peak, out=np.zeros_like(wide), where=peak > 0)
-        out[start : start + QUANTIZE_BLOCK_ROWS] = np.clip(np.rint(scaled), -QMAX, QMAX)
-    return out
 
 
 def quantize_query(query: np.ndarray) -> np.ndarray:

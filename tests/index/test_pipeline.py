@@ -29,6 +29,7 @@ from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
+from rifflux.store.vector_blobs import quantize_rows
 
 
 def submit(settings, roots: list[Path], **options: Any) -> str:
@@ -282,7 +283,7 @@ def test_a_vector_never_lands_on_a_chunk_rewritten_since_it_was_embedded(
     embed_and_write(new_embed)
     rows = index_rows(settings.db_path)
     expected = HashEmbedder().embed_batch([text for _, text in new_embed.texts])[0]
-    assert rows[0][7] == expected.astype("<f4").tobytes()
+    assert rows[0][7] == quantize_rows(expected.reshape(1, -1)).tobytes()
 
 
 def test_files_left_without_vectors_are_embedded_by_the_next_job(tmp_path: Path) -> None:

@@ -115,6 +115,37 @@ def test_the_in_process_indexer_merges_after_a_full_run(tmp_path: Path) -> None:
     assert 1 < segments(settings.db_path) <= 3  # not one segment per chunk written
 
 
+def file_state(db: Path) -> tuple[int, int, int]:
+    """(auto_vacuum, free pages, main file bytes after a checkpoint)."""
+    conn = open_index(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        mode = conn.execute("PRAGMA auto_vacuum").fetchone()[0]
+        return mode, conn.execute("PRAGMA freelist_count").fetchone()[0], db.stat().st_size
+    finally:
+        conn.close()
+
+
+def test_a_full_run_gives_the_pages_it_freed_back_with_the_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    kept = make_settings(
+        tmp_path, db_path=tmp_path / "kept" / "index.db", batch_target_bytes=20_000
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr("rifflux.store.segments.release_free_pages", lambda conn: 0)
+        Indexer(kept).run([corpus])
+    released = make_settings(
+        tmp_path, db_path=tmp_path / "released" / "index.db", batch_target_bytes=20_000
+    )
+    Indexer(released).run([corpus])
+    mode, free_kept, bytes_kept = file_state(kept.db_path)
+    assert mode == 2 and free_kept > 0  # the merge freed pages: the check proves something
+    assert file_state(released.db_path) == (2, 0, bytes_kept - free_kept * 4096)
+    assert rankings(released.db_path) == rankings(kept.db_path)
+
+
 def test_segment_count_reads_fts5s_structure_record(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "t.db")
     conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(heading_path, content)")

@@ -21,6 +21,7 @@ from rifflux.search.service import SearchService
 from rifflux.status import check_index, index_counts
 from rifflux.store.connection import open_index
 from rifflux.store.reader import get_metadata
+from rifflux.store.vector_blobs import float_row
 from rifflux.vectors.publish import publish
 from rifflux.vectors.segments import (
     MANIFEST_NAME,
@@ -251,7 +252,7 @@ def downgrade(db_path: Path, fmt: int) -> None:
                 (model,),
             )
         )
-        floats = np.stack([np.frombuffer(blobs[int(r)], dtype="<f4") for r in meta[:, 0]])
+        floats = np.stack([float_row(blobs[int(r)], int(data["dim"])) for r in meta[:, 0]])
         np.save(directory / vec_name, floats / np.linalg.norm(floats, axis=1, keepdims=True))
         np.save(directory / meta_name, np.ascontiguousarray(meta[:, :4]))
         if fmt == 1:

@@ -20,8 +20,9 @@ from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
+from rifflux.store.vector_blobs import int8_rows
 from rifflux.vectors.publish import publish
-from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
+from rifflux.vectors.quantize import quantize_query, scalar_cosine
 from rifflux.vectors.segments import read_manifest, vectors_dir
 
 DOCS = {
@@ -64,7 +65,7 @@ def naive_semantic(db_path: Path, query: str, top_k: int) -> list[tuple[str, int
     scored = []
     q8 = quantize_query(q).tolist()
     for path, index, blob in rows:
-        v = quantize_rows(np.frombuffer(blob, dtype="<f4").reshape(1, -1))[0]
+        v = int8_rows([(0, blob)], 1, len(q))[0]
         scored.append((path, int(index), scalar_cosine(v.tolist(), q8)))
     scored.sort(key=lambda r: (-r[2], r[0], r[1]))
     return scored[:top_k]

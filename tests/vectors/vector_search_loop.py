@@ -24,14 +24,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rifflux.config import Settings
 from rifflux.errors import NotFoundError
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 from rifflux.store.reader import current_generation
-from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
+from rifflux.store.vector_blobs import int8_rows
+from rifflux.vectors.quantize import quantize_query, scalar_cosine
 
 WORDS = [
     "amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo",
@@ -50,7 +49,7 @@ def scored_by_own_vector(
     q = service.embed_query(query)
     if row is None or q is None:
         return False
-    vec = quantize_rows(np.frombuffer(row[0], dtype="<f4").reshape(1, -1))[0]
+    vec = int8_rows([(0, row[0])], 1, len(q))[0]
     cosine = scalar_cosine(vec.tolist(), quantize_query(q).tolist())
     return cosine == result["score_breakdown"]["cosine"]
 
