@@ -113,6 +113,8 @@ def servers(
     finally:
         stop(pair)
         stop(single)
+    # SIGTERM to the supervisor stopped every HTTP worker it started.
+    assert not [pid for pid in pair.serving_pids() if Path(f"/proc/{pid}").exists()]
 
 
 def canonical(value: Any) -> str:
