@@ -129,9 +129,6 @@ class HttpWorkers:
             self.stop()
             signal.signal(POOL_SIGNAL, previous)
 
-    def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers if w.process.pid is not None]
-
     def stop(self) -> None:
         """SIGTERM every worker, SIGKILL those still running after ``STOP_SECONDS``."""
         for worker in self._workers:
