@@ -29,6 +29,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
     call_ok,
     server_command,
     shared_tree_fixture,
+    tree_fixture,
     worker_children,
 )
 
@@ -187,3 +188,23 @@ async def search_answers(server: Server) -> None:
 def _parent(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+async def test_a_reindex_reaching_an_http_worker_gets_the_supervisors_pool(
+    tree: IndexedTree, tmp_path: Path
+) -> None:
+    (tree.root / "notes" / "new.md").parent.mkdir(parents=True, exist_ok=True)
+    (tree.root / "notes" / "new.md").write_text("# New\n\nThe wombatfjell plan.\n")
+    pair = start(tree, tmp_path / "reindex.log", RIFFLUX_HTTP_WORKERS="2")
+    try:
+        pair.wait_for_serving(2)
+        assert not pair.events("workers.local_pool_started")  # Nothing asked for one yet.
+        async with http_session(pair.url) as session:
+            done = await call_ok(session, "reindex", timeout=BOOT_S, path=str(tree.root))
+            assert done["indexed_files"] == 1
+            found = await call_ok(session, "search_rifflux", timeout=CALL_S, query="wombatfjell")
+            assert found["results"][0]["path"].endswith("notes/new.md")
+        pools = [e["pid"] for e in pair.events("workers.local_pool_started")]
+        assert len(pools) == 1 and _parent(pools[0]) == pair.proc.pid
+    finally:
+        stop(pair)
