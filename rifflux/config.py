@@ -72,6 +72,15 @@ def _unit_float(raw: str) -> float:
     return value
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.process_cpu_count`` from
+    Python 3.13), at least 1."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # Not on Linux.
+        return os.cpu_count() or 1
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value < 1:
@@ -211,6 +220,9 @@ class Settings:
     http_session_idle_seconds: float = 600.0
     # Most seconds a client may take to send one request's head and body (slowloris).
     http_request_timeout_seconds: float = 30.0
+    # Front processes serving streamable HTTP on one port (rifflux serve --http-workers);
+    # more than one serves stateless JSON (rifflux.mcp.http_workers).
+    http_workers: int = field(default_factory=usable_cpus)
     log_level: str = "INFO"
     # workers.log (a local pool's output, written by the process that started it) is
     # rotated past this many bytes, keeping rifflux.logs.LOG_BACKUPS older files.
@@ -288,6 +300,7 @@ class Settings:
         read("HTTP_MAX_SESSIONS", "http_max_sessions", _positive_int)
         read("HTTP_SESSION_IDLE_SECONDS", "http_session_idle_seconds", _positive_seconds)
         read("HTTP_REQUEST_TIMEOUT_SECONDS", "http_request_timeout_seconds", _positive_seconds)
+        read("HTTP_WORKERS", "http_workers", _positive_int)
         read("LOG_LEVEL", "log_level", lambda raw: raw.strip().upper() or "INFO")
         read("LOG_MAX_BYTES", "log_max_bytes", _positive_int)
         read("FILE_WATCHER", "file_watcher", _parse_bool)

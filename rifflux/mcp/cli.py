@@ -25,6 +25,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--host", help="HTTP address to bind (default: $RIFFLUX_HTTP_HOST or 127.0.0.1)"
     )
     parser.add_argument("--port", type=int, help="HTTP port (default: $RIFFLUX_HTTP_PORT or 8765)")
+    parser.add_argument(
+        "--http-workers",
+        type=int,
+        metavar="N",
+        help="HTTP front processes accepting on the port, stateless when N > 1 "
+        "(default: $RIFFLUX_HTTP_WORKERS or the CPU count)",
+    )
     parser.add_argument("--db", type=Path, help="index database (default: $RIFFLUX_DB_PATH)")
     parser.add_argument(
         "--reindex-on-start",
@@ -88,7 +95,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.port is not None and not 1 <= args.port <= MAX_PORT:
         raise ConfigError(f"--port must be from 1 to {MAX_PORT} (got {args.port})")
-    settings = Settings.from_env().with_overrides(db_path=args.db)
+    if args.http_workers is not None and args.http_workers < 1:
+        raise ConfigError(f"--http-workers must be 1 or more (got {args.http_workers})")
+    settings = Settings.from_env().with_overrides(db_path=args.db, http_workers=args.http_workers)
     configure_logging(settings.log_level, style="json")
     run_server(
         settings,

@@ -32,6 +32,9 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import os
+import socket
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, ClassVar
 
@@ -45,7 +48,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rifflux.config import Settings
 from rifflux.errors import ConfigError
-from rifflux.mcp.http_sessions import SessionLimiter, delete_session
+from rifflux.mcp.http_sessions import InFlightLimiter, SessionLimiter, delete_session
 from rifflux.mcp.tools import ToolContext
 
 log = structlog.get_logger(__name__)
@@ -59,6 +62,8 @@ MAX_REQUEST_BODY_BYTES = 1024 * 1024
 ``reindex`` with a long ``paths`` list, is a few KB)."""
 KEEP_ALIVE_SECONDS = 5
 """How long a connection may sit idle between requests (uvicorn's default, made explicit)."""
+READY_POLL_SECONDS = 0.05
+"""How often ``serve_http`` looks whether uvicorn has started, to say it serves."""
 SDK_SESSION_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager")
 """They log two INFO lines per session opened and closed: shown at DEBUG only, so a
 client that opens thousands of sessions does not write thousands of log lines."""
@@ -221,11 +226,21 @@ def deadline_protocol(seconds: float) -> type[RequestDeadlineProtocol]:
 # -- the app and the server ------------------------------------------------------------
 
 
-def http_app(server: MCPServer, settings: Settings, host: str) -> tuple[ASGIApp, SessionLimiter]:
-    """The streamable HTTP app at ``/mcp`` with its session cap, behind the bearer check
-    when a token is set; and the limiter, whose ``status()`` counts the sessions."""
+def http_app(
+    server: MCPServer, settings: Settings, host: str, *, stateless: bool = False
+) -> tuple[ASGIApp, SessionLimiter | InFlightLimiter]:
+    """The streamable HTTP app at ``/mcp`` with its limiter, behind the bearer check when
+    a token is set; and the limiter, whose ``status()`` is ``index_status``'s
+    ``http_sessions``.
+
+    ``stateless``: the SDK's stateless mode with JSON responses (no session outlives its
+    request, so any process may answer any request: several HTTP workers), capped by
+    requests in flight; else sessions, capped by :class:`SessionLimiter`.
+    """
     sdk_app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
+        json_response=stateless,
+        stateless_http=stateless,
         transport_security=transport_security(host),
         host=host,
         max_request_body_size=MAX_REQUEST_BODY_BYTES,
@@ -233,28 +248,46 @@ def http_app(server: MCPServer, settings: Settings, host: str) -> tuple[ASGIApp,
         # A backstop behind the limiter: 503 only when every session is busy.
         max_sessions=settings.http_max_sessions,
     )
-    sessions = SessionLimiter(
-        sdk_app,
-        delete_session(server.session_manager.handle_request, MCP_PATH),
-        path=MCP_PATH,
-        max_sessions=settings.http_max_sessions,
-        idle_seconds=settings.http_session_idle_seconds,
-    )
-    app: ASGIApp = sessions
+    limiter: SessionLimiter | InFlightLimiter
+    if stateless:
+        limiter = InFlightLimiter(sdk_app, path=MCP_PATH, max_in_flight=settings.http_max_sessions)
+    else:
+        limiter = SessionLimiter(
+            sdk_app,
+            delete_session(server.session_manager.handle_request, MCP_PATH),
+            path=MCP_PATH,
+            max_sessions=settings.http_max_sessions,
+            idle_seconds=settings.http_session_idle_seconds,
+        )
+    app: ASGIApp = limiter
     if settings.http_token:
         app = BearerTokenMiddleware(app, settings.http_token)
-    return app, sessions
+    return app, limiter
 
 
-async def serve_http(server: MCPServer, context: ToolContext, host: str, port: int) -> None:
+async def serve_http(
+    server: MCPServer,
+    context: ToolContext,
+    host: str,
+    port: int,
+    *,
+    sock: socket.socket | None = None,
+    stateless: bool = False,
+    on_ready: Callable[[], None] | None = None,
+    worker: int | None = None,
+) -> None:
     """Serve ``server`` on ``host:port`` until stopped; ``index_status`` then also shows
-    the live sessions (``http_sessions``)."""
+    the live sessions (``http_sessions``).
+
+    ``sock``: an already listening socket to accept on instead of binding (an HTTP
+    worker's, shared with the others); ``on_ready`` is called once it accepts;
+    ``worker`` names the HTTP worker in the log."""
     settings = context.settings
     if settings.log_level != "DEBUG":
         for name in SDK_SESSION_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-    app, sessions = http_app(server, settings, host)
-    context.http_sessions = sessions.status
+    app, limiter = http_app(server, settings, host, stateless=stateless)
+    context.http_sessions = limiter.status
     config = uvicorn.Config(
         app,
         host=host,
@@ -266,12 +299,29 @@ async def serve_http(server: MCPServer, context: ToolContext, host: str, port: i
         log_level=settings.log_level.lower(),
         access_log=False,
     )
-    log.info(
-        "mcp.http_serving",
-        url=f"http://{host}:{port}{MCP_PATH}",
-        bearer_token=bool(settings.http_token),
-        max_sessions=settings.http_max_sessions,
-        session_idle_seconds=settings.http_session_idle_seconds,
-        request_timeout_seconds=settings.http_request_timeout_seconds,
-    )
-    await uvicorn.Server(config).serve()
+    uvicorn_server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not uvicorn_server.started:
+            if uvicorn_server.should_exit:
+                return
+            await asyncio.sleep(READY_POLL_SECONDS)
+        log.info(
+            "mcp.http_serving",
+            url=f"http://{host}:{port}{MCP_PATH}",
+            pid=os.getpid(),
+            worker=worker,
+            stateless=stateless,
+            bearer_token=bool(settings.http_token),
+            max_sessions=settings.http_max_sessions,
+            session_idle_seconds=settings.http_session_idle_seconds,
+            request_timeout_seconds=settings.http_request_timeout_seconds,
+        )
+        if on_ready is not None:
+            on_ready()
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await uvicorn_server.serve(sockets=None if sock is None else [sock])
+    finally:
+        announcer.cancel()

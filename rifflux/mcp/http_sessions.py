@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import anyio
 import structlog
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = structlog.get_logger(__name__)
@@ -278,3 +279,49 @@ def delete_session(handle_request: ASGIApp, path: str) -> CloseSession:
         await handle_request(delete_request(session_id, path), receive, discard)
 
     return close
+
+
+class InFlightLimiter:
+    """ASGI middleware for the stateless transport: at most ``max_in_flight`` requests
+    to ``path`` at once in this process; one more gets 503 at once.
+
+    Stateless, no session outlives its request: what a client can make a process hold
+    is its requests in flight (a transport, a server task and memory streams each), so
+    ``RIFFLUX_HTTP_MAX_SESSIONS`` bounds those instead, per HTTP worker process.
+    """
+
+    def __init__(self, app: ASGIApp, *, path: str, max_in_flight: int) -> None:
+        self.app = app
+        self.path = path
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
+        self.peak = 0
+
+    def status(self) -> dict[str, int | str]:
+        """``{live, peak, max, mode}``: requests in flight now, at most ever, the cap."""
+        return {
+            "live": self._in_flight,
+            "peak": self.peak,
+            "max": self.max_in_flight,
+            "mode": "stateless",
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        if self._in_flight >= self.max_in_flight:
+            response = PlainTextResponse(
+                f"more than {self.max_in_flight} requests in flight "
+                "(RIFFLUX_HTTP_MAX_SESSIONS); retry shortly",
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+            await response(scope, receive, send)
+            return
+        self._in_flight += 1
+        self.peak = max(self.peak, self._in_flight)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight -= 1

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import signal
+import socket
 import sqlite3
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, Literal, TypeVar
@@ -49,9 +53,16 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
+from rifflux.logs import configure_logging
 from rifflux.mcp import knowledge_tools, tools
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.http import check_bind, serve_http
+from rifflux.mcp.http_workers import (
+    HttpWorkers,
+    ask_supervisor_for_workers,
+    bind_socket,
+    stop_when_orphaned,
+)
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
 from rifflux.search.request import (
@@ -440,6 +451,50 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     sys.exit(128 + signum)
 
 
+@dataclass(frozen=True)
+class HttpWorkerSpec:
+    """What an HTTP worker process needs to serve (pickled into the spawned process)."""
+
+    settings: Settings
+    cwd: Path
+    host: str
+    port: int
+
+    def __call__(self, index: int, sock: socket.socket, ready: Event, parent: int) -> None:
+        """Serve stateless HTTP on ``sock`` until SIGTERM (:mod:`rifflux.mcp.http_workers`)."""
+        settings = self.settings
+        configure_logging(settings.log_level, style="json")
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        stop_when_orphaned(parent)
+        context = ToolContext.from_settings(settings, cwd=self.cwd)
+        context.request_workers = functools.partial(ask_supervisor_for_workers, parent)
+        try:
+            server = build_server(settings, context=context)
+            serve = functools.partial(
+                serve_http, sock=sock, stateless=True, on_ready=ready.set, worker=index
+            )
+            anyio.run(serve, server, context, self.host, self.port)
+        finally:
+            context.close()
+
+
+def _serve_http_workers(context: ToolContext, host: str, port: int, count: int) -> None:
+    """Bind ``host:port`` once and serve it from ``count`` HTTP worker processes until
+    stopped; this process keeps the watcher and the pool."""
+    sock = bind_socket(host, port)
+    spec = HttpWorkerSpec(context.settings, context.cwd, host, port)
+
+    def want_workers() -> None:
+        with context.queue_lock:
+            context.queue.ensure_workers()
+
+    log.info("mcp.http_workers_starting", workers=count, pid=os.getpid())
+    try:
+        HttpWorkers(spec, sock, count, want_workers).run()
+    finally:
+        sock.close()
+
+
 def run_server(
     settings: Settings,
     *,
@@ -452,7 +507,9 @@ def run_server(
     """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
 
     ``watch`` (or ``RIFFLUX_FILE_WATCHER=1`` with ``RIFFLUX_FILE_WATCHER_PATHS``) runs a
-    file watcher in this process that keeps those roots indexed.
+    file watcher in this process that keeps those roots indexed. Over HTTP with
+    ``settings.http_workers`` > 1 this process supervises that many HTTP worker
+    processes (``http_workers.py``) and keeps the watcher and the pool to itself.
     """
     host = host or settings.http_host
     if transport == "http":
@@ -487,10 +544,13 @@ def run_server(
             # Once, after the startup paths passed (a refused one already said as much).
             log.warning("mcp.no_allowed_roots", reason=refusal)
         log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
+        port = port or settings.http_port
         if transport == "stdio":
             anyio.run(server.run_stdio_async)
+        elif settings.http_workers > 1:
+            _serve_http_workers(context, host, port, settings.http_workers)
         else:
-            anyio.run(serve_http, server, context, host, port or settings.http_port)
+            anyio.run(serve_http, server, context, host, port)
     finally:
         if watcher is not None:
             watcher.stop()

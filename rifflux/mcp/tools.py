@@ -85,11 +85,14 @@ class ToolContext:
     _other_services: dict[Path, SearchService] = field(default_factory=dict, init=False, repr=False)
     _services_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     # ensure_workers + submit and the queue's broker connection are not thread-safe.
-    _queue_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    queue_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     # Set when RIFFLUX_AUTO_REINDEX_ON_SEARCH is on: searches trigger background jobs.
     auto_reindex: AutoReindexer | None = field(default=None, init=False, repr=False)
     # Set by the HTTP transport: the live session counts index_status shows.
-    http_sessions: Callable[[], dict[str, int]] | None = field(default=None, init=False, repr=False)
+    http_sessions: Callable[[], dict[str, Any]] | None = field(default=None, init=False, repr=False)
+    # Set in an HTTP worker process (rifflux.mcp.http_workers): it never starts a worker
+    # pool itself, it asks its supervisor, which does unless workers are alive.
+    request_workers: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     @property
     def allowed_roots(self) -> list[Path]:
@@ -175,12 +178,15 @@ class ToolContext:
         self, roots: Sequence[Path], *, force: bool = False, prune_missing: bool = True
     ) -> str:
         """Start workers unless some are alive, then submit one job for ``roots``."""
-        with self._queue_lock:
-            self.queue.ensure_workers()
+        with self.queue_lock:
+            if self.request_workers is not None:
+                self.request_workers()
+            else:
+                self.queue.ensure_workers()
             return self.queue.submit(roots, force=force, prune_missing=prune_missing)
 
     def queue_status(self) -> dict[str, Any]:
-        with self._queue_lock:
+        with self.queue_lock:
             return self.queue.status()
 
     def close(self) -> None:
@@ -191,7 +197,7 @@ class ToolContext:
             for service in self._other_services.values():
                 service.close()
             self._other_services.clear()
-        with self._queue_lock:
+        with self.queue_lock:
             self.queue.close()
 
 
@@ -320,7 +326,10 @@ def reindex(
             raise RiffluxError(f"the server is shutting down; job {job_id} keeps its state")
 
     job = ctx.queue.wait(
-        job_id, timeout=REINDEX_WAIT_SECONDS, on_progress=stop_if_closing, start_workers=True
+        job_id,
+        timeout=REINDEX_WAIT_SECONDS,
+        on_progress=stop_if_closing,
+        start_workers=ctx.request_workers is None,
     )
     if job.state != "completed":
         raise RiffluxError(job_failure(job))

@@ -93,6 +93,8 @@ class IndexedTree:
             RIFFLUX_EMBEDDING_BACKEND="hash",
             RIFFLUX_BASE_DIR=str(self.root),
             RIFFLUX_WORKERS="1",
+            # One HTTP front process (sessions), unless a test asks for more.
+            RIFFLUX_HTTP_WORKERS="1",
             RIFFLUX_LOG_LEVEL="INFO",
             # No Procfile workers boot beside a test server: start its pool soon.
             RIFFLUX_STARTUP_WORKER_GRACE_SECONDS="2",

@@ -3,6 +3,7 @@ session table, and the session cap over the SDK's real app under concurrent clie
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import anyio
@@ -14,6 +15,8 @@ from mcp_support import (  # noqa: F401  (fixtures)
     anyio_backend_fixture,
     shared_tree_fixture,
 )
+from starlette.responses import PlainTextResponse
+from starlette.types import Receive, Scope, Send
 
 from rifflux.config import Settings
 from rifflux.errors import ConfigError
@@ -25,7 +28,7 @@ from rifflux.mcp.http import (
     is_loopback,
     transport_security,
 )
-from rifflux.mcp.http_sessions import SessionTable
+from rifflux.mcp.http_sessions import InFlightLimiter, SessionTable
 from rifflux.mcp.server import build_server
 from rifflux.mcp.tools import ToolContext
 
@@ -111,6 +114,11 @@ def test_http_settings_defaults_and_environment() -> None:
     assert settings.http_request_timeout_seconds == 2.0
 
 
+def test_http_workers_default_to_the_usable_cpus() -> None:
+    assert Settings.from_env({}).http_workers == len(os.sched_getaffinity(0))
+    assert Settings.from_env({"RIFFLUX_HTTP_WORKERS": "3"}).http_workers == 3
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -119,6 +127,7 @@ def test_http_settings_defaults_and_environment() -> None:
         ("RIFFLUX_HTTP_SESSION_IDLE_SECONDS", "0"),
         ("RIFFLUX_HTTP_REQUEST_TIMEOUT_SECONDS", "nan"),
         ("RIFFLUX_HTTP_REQUEST_TIMEOUT_SECONDS", "-1"),
+        ("RIFFLUX_HTTP_WORKERS", "0"),
     ],
 )
 def test_invalid_http_settings_are_refused_in_one_line(name: str, value: str) -> None:
@@ -192,3 +201,34 @@ async def test_concurrent_initializes_never_exceed_the_cap(capped_context: ToolC
     # While all sessions are busy opening, the SDK's backstop answers 503; never more.
     assert set(statuses) <= {200, 503}
     assert statuses[-10:] == [200] * 10
+
+
+@pytest.mark.anyio
+async def test_stateless_requests_in_flight_past_the_cap_get_503() -> None:
+    release = anyio.Event()
+    entered = 0
+
+    async def held(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal entered
+        entered += 1
+        await release.wait()
+        await PlainTextResponse("ok")(scope, receive, send)
+
+    limiter = InFlightLimiter(held, path=MCP_PATH, max_in_flight=2)
+    transport = httpx2.ASGITransport(app=limiter)
+    statuses: list[int] = []
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+
+        async def post() -> None:
+            statuses.append((await client.post(MCP_PATH, json={})).status_code)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(post)
+            group.start_soon(post)
+            while entered < 2:
+                await anyio.sleep(0.01)
+            await post()  # The third, while two are held.
+            assert limiter.status() == {"live": 2, "peak": 2, "max": 2, "mode": "stateless"}
+            release.set()
+        await post()  # Room again once they ended.
+    assert statuses == [503, 200, 200, 200]
