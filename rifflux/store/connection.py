@@ -50,6 +50,7 @@ from rifflux.errors import (
     SchemaVersionError,
 )
 from rifflux.store import cjk, paths
+from rifflux.store.peek import peek
 from rifflux.store.schema import (
     ADDED_COLUMNS,
     ADDED_TABLES,
@@ -105,10 +106,8 @@ def is_foreign_file(db_path: Path | str) -> bool:
     """A non-empty file without SQLite's header and without a ``-wal`` beside it: a
     text file or another format, not a damaged index (whose header survives damage to
     its pages, and whose WAL would be there if its first page had been lost)."""
-    try:
-        with open(db_path, "rb") as file:
-            head = file.read(len(SQLITE_HEADER))
-    except OSError:
+    head = peek(db_path, len(SQLITE_HEADER))
+    if head is None:
         return False
     return bool(head) and head != SQLITE_HEADER and not Path(f"{db_path}-wal").exists()
 

@@ -49,6 +49,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+from rifflux.store.peek import peek
+
 WRITE_FAULT_PREFIX = "index write failed: "
 """Every reason of :func:`write_fault_reason` starts with this."""
 
@@ -161,10 +163,8 @@ def wal_lost(database: Path | str) -> bool:
     in the database is not needed, even when the last connection has just deleted it.
     """
     db = Path(database)
-    try:
-        with open(f"{db}-shm", "rb") as shm:
-            header = shm.read(_SHM_HEADER_BYTES)
-    except OSError:
+    header = peek(f"{db}-shm", _SHM_HEADER_BYTES)
+    if header is None:
         return False
     copies_agree = header[:_HDR_BYTES] == header[_HDR_BYTES : 2 * _HDR_BYTES]
     if len(header) < _SHM_HEADER_BYTES or not copies_agree:

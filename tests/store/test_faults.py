@@ -149,3 +149,43 @@ def test_the_probe_reads_only_and_finds_nothing_on_a_healthy_index(tmp_path: Pat
     before = sorted(p.name for p in db.parent.iterdir())
     assert faults.probe(db) is None
     assert sorted(p.name for p in db.parent.iterdir()) == before
+
+
+# Every connection holds a shared lock on this byte of the -shm file (SQLite's
+# "dead man switch", UNIX_SHM_DMS = 120 + SQLITE_SHM_NLOCK); another process that can
+# take it exclusively believes no connection is open and reinitialises the wal-index.
+SHM_DMS_BYTE = 128
+TRY_DMS_LOCK = """
+import fcntl, sys
+with open(sys.argv[1], "r+b") as shm:
+    try:
+        fcntl.lockf(shm, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(sys.argv[2]))
+    except OSError:
+        print("held")
+    else:
+        print("free")
+"""
+
+
+def test_probing_the_wal_index_keeps_this_processs_sqlite_locks(tmp_path: Path) -> None:
+    db = tmp_path / "index.db"
+    conn = open_index(db)
+    try:
+        conn.execute("SELECT count(*) FROM files").fetchone()
+
+        def dms_lock() -> str:
+            return subprocess.run(
+                [sys.executable, "-c", TRY_DMS_LOCK, f"{db}-shm", str(SHM_DMS_BYTE)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+
+        assert dms_lock() == "held"
+        assert not faults.wal_lost(db)
+        assert faults.probe(db) is None
+        # Closing a descriptor of the -shm would have dropped the connection's lock.
+        assert dms_lock() == "held"
+        conn.execute("SELECT count(*) FROM files").fetchone()
+    finally:
+        conn.close()
