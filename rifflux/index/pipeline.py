@@ -103,8 +103,10 @@ MIN_BATCH_BYTES = 16_000
 EMBED_ONLY_BATCH_FILES = 64
 # While a job's vector phase runs, the vector cache is published at most every
 # PUBLISH_EVERY_SECONDS, and never more often than PUBLISH_COST_FACTOR times the last
-# publish took in this process: a publish reads every vector row of the index (24k rows:
-# ~0.2-0.9 s), so a fixed interval would spend a growing share of a large job publishing.
+# publish took in this process: a publish reads the rows logged since the last one
+# (rifflux.store.changes), but a large job's publishes still grow with what it wrote
+# (a delta segment, and past the compaction threshold a rewrite of the cache), so a
+# fixed interval would spend a growing share of a large job publishing.
 PUBLISH_EVERY_SECONDS = 15.0
 PUBLISH_COST_FACTOR = 20.0
 

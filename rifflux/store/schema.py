@@ -18,8 +18,13 @@ older index creates them (their statements are ``IF NOT EXISTS``, and include th
 triggers and indexes that serve them) and fills them (``chunks_cjk``:
 rifflux.store.cjk.backfill; ``files_fts``: rifflux.store.paths.backfill;
 ``file_knowledge`` with ``file_tags`` and ``error_pairs``: by the next job, which
-re-chunks every file without a row, rifflux.store.knowledge); a reader of an older
-index works without them.
+re-chunks every file without a row, rifflux.store.knowledge; ``chunk_changes``: needs no
+filling, rifflux.store.changes); a reader of an older index works without them.
+
+``chunk_changes`` is the log of chunk rowids whose vector row may have changed, written
+by triggers on ``chunks``, ``embeddings`` and ``files`` in the writer's own transaction,
+whatever Rifflux version the writer is; the vector cache publisher reads only the rowids
+logged since the position its manifest records (rifflux.store.changes).
 """
 
 from __future__ import annotations
@@ -245,8 +250,52 @@ CREATE TABLE IF NOT EXISTS error_pairs (
 CREATE INDEX IF NOT EXISTS error_pairs_file ON error_pairs(file_id, first_chunk);
 """
 
+# The chunk rowids whose row in the vector cache may have changed (rifflux.store.changes):
+# a chunk deleted (its cached row goes; deletes cascaded from ``files`` fire the trigger
+# too), a vector attached, removed or replaced, a chunk or a file path changed in place
+# (none in Rifflux; logged all the same). A chunk inserted without a vector needs no
+# entry: no cached row can describe it, and the chunk its rowid may have had before was
+# logged when it was deleted. ``seq`` is AUTOINCREMENT, so a position is never reused
+# even after the entries below it are pruned; the publisher records the position its
+# cache includes, and prunes what it has consumed.
+CHANGES_TABLE = "chunk_changes"
+CHANGES_SQL = """
+CREATE TABLE IF NOT EXISTS chunk_changes (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    chunk_rowid INTEGER NOT NULL
+);
+
+CREATE TRIGGER IF NOT EXISTS chunk_changes_chunk_delete AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunk_changes(chunk_rowid) VALUES (old.id);
+END;
+
+CREATE TRIGGER IF NOT EXISTS chunk_changes_chunk_update
+AFTER UPDATE OF id, chunk_id, file_id, chunk_index, embed_sha256 ON chunks BEGIN
+    INSERT INTO chunk_changes(chunk_rowid) VALUES (old.id);
+    INSERT INTO chunk_changes(chunk_rowid) SELECT new.id WHERE new.id != old.id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS chunk_changes_vector_insert AFTER INSERT ON embeddings BEGIN
+    INSERT INTO chunk_changes(chunk_rowid) SELECT id FROM chunks WHERE chunk_id = new.chunk_id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS chunk_changes_vector_delete AFTER DELETE ON embeddings BEGIN
+    INSERT INTO chunk_changes(chunk_rowid) SELECT id FROM chunks WHERE chunk_id = old.chunk_id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS chunk_changes_vector_update AFTER UPDATE ON embeddings BEGIN
+    INSERT INTO chunk_changes(chunk_rowid) SELECT id FROM chunks
+    WHERE chunk_id IN (old.chunk_id, new.chunk_id);
+END;
+
+CREATE TRIGGER IF NOT EXISTS chunk_changes_file_path AFTER UPDATE OF id, path ON files BEGIN
+    INSERT INTO chunk_changes(chunk_rowid) SELECT id FROM chunks
+    WHERE file_id IN (old.id, new.id);
+END;
+"""
+
 SCHEMA_SQL = SCHEMA_SQL.replace("{CJK_SQL}", CJK_SQL).replace("{PATHS_SQL}", PATHS_SQL)
-SCHEMA_SQL += KNOWLEDGE_SQL
+SCHEMA_SQL += KNOWLEDGE_SQL + CHANGES_SQL
 
 # Tables added since schema version 1 was first released: created, with their triggers
 # and indexes, when a writer opens an index that lacks them (see module docstring).
@@ -254,6 +303,7 @@ ADDED_TABLES: dict[str, str] = {
     "chunks_cjk": CJK_SQL,
     "files_fts": PATHS_SQL,
     KNOWLEDGE_TABLE: KNOWLEDGE_SQL,
+    CHANGES_TABLE: CHANGES_SQL,
 }
 
 # table -> (column, declaration) added since the table was first created, in order.

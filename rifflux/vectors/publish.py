@@ -7,11 +7,28 @@ loads published generations), so publishing is the one place that writes the cac
 directory and creates the database's cache uid.
 
 One publish reads the database once, in one read transaction (so the rows, the vectors
-and the generation all come from the same state): the list of chunk rows that have a
-vector of the index's model, and the vectors of only the rows the cache lacks. It diffs
-that list against the current manifest by row identity: new rows go to a delta segment,
-rows gone from the database become tombstones of the segment that holds them. One
-:class:`Publish` owns one publish under the lock: its ``run`` is the steps, in order.
+and the generation all come from the same state). What it reads is in proportion to the
+change (issue 22): the chunk rowids logged in the index's change log since the position
+its manifest records (:mod:`rifflux.store.changes`: triggers log every chunk deleted and
+every vector attached or removed, whichever writer wrote it), those rows' identities,
+and the vectors of only the rows the cache lacks. Every cached live row at a logged
+rowid whose identity the database no longer has becomes a tombstone of the segment that
+holds it; every row at a logged rowid that the cache lacks goes to a delta segment. The
+rows at rowids not logged are, by the log's completeness, as the cache holds them, so
+the result is the cache a full listing would build (``tests/vectors/
+test_vector_publish_delta.py`` checks it after random edits, deletes, adds and renames);
+a full rewrite or a fold takes the kept rows from the segments themselves, not from the
+database. At 10k generated files one edit's publish read ~20 rows instead of 79k
+(BENCHMARKS.md, "Publish in proportion to the change").
+
+It lists every chunk row that has a vector of the index's model instead, and diffs
+that list against the manifest by row identity, when it cannot trust the log from its
+manifest's position: no reusable cache, a manifest without a position (an older
+publisher's: the first publish after an upgrade lists once), a log pruned past it, an
+index without the log, or more log entries than ``LIST_ALL_FRACTION`` of the cached rows
+(reading them all is then cheaper). ``PublishResult.rows_read`` says how many rows it
+looked up. After writing the manifest it prunes the log entries the manifest includes.
+One :class:`Publish` owns one publish under the lock: its ``run`` is the steps, in order.
 
 Compaction policy (the three constants below):
 
@@ -58,6 +75,7 @@ import numpy as np
 import structlog
 
 from rifflux.config import Settings
+from rifflux.store import changes
 from rifflux.store.connection import (
     INDEX_UID_KEY,
     open_index,
@@ -71,6 +89,8 @@ from rifflux.vectors.segments import (
     LOCK_NAME,
     MANIFEST_NAME,
     META_IDENT,
+    META_INDEX,
+    META_PATH,
     META_ROWID,
     TMP_PREFIX,
     CacheUnusable,
@@ -99,6 +119,10 @@ log = structlog.get_logger(__name__)
 COMPACT_FRACTION = 0.2
 # Fold all delta segments into one when a publish would leave more segments than this.
 MAX_SEGMENTS = 8
+# List every row instead of the logged ones when the change log holds more entries since
+# the manifest than this fraction of its rows (a large job: ~2 entries per rewritten
+# chunk; listing reads a row in ~6 us, a lookup by rowid costs more).
+LIST_ALL_FRACTION = 0.5
 # Temporary files of a publisher that died are removed after this many seconds.
 TMP_MAX_AGE_SECONDS = 3600.0
 
@@ -112,6 +136,9 @@ class PublishResult:
     rows_removed: int
     # Why the previous cache was discarded and everything republished (None: it was not).
     discarded: str | None = None
+    # Chunk rows looked up in the database: every row with a vector when the publish
+    # listed them all, the rowids logged since the manifest's position otherwise.
+    rows_read: int = 0
 
 
 @dataclass(slots=True)
@@ -159,7 +186,26 @@ def index_head(conn: sqlite3.Connection) -> tuple[int, str | None, int]:
 
 def list_rows(conn: sqlite3.Connection, generation: int, model: str | None, dim: int) -> DbRows:
     """Every chunk row with a ``model`` vector (call inside the read transaction)."""
-    rows = IndexReader(conn).vector_rows(model, dim) if model else []
+    return _db_rows(
+        generation, model, dim, IndexReader(conn).vector_rows(model, dim) if model else []
+    )
+
+
+def changed_rows(
+    conn: sqlite3.Connection, generation: int, model: str, dim: int, since: int
+) -> tuple[np.ndarray, DbRows]:
+    """The sorted chunk rowids logged after change-log position ``since``, and those of
+    them that have a ``model`` vector now, sorted by (path, chunk_index) (call inside the
+    read transaction)."""
+    changed = np.unique(np.fromiter(changes.changed_rowids(conn, since), dtype=np.int64))
+    rows = sorted(
+        IndexReader(conn).vector_rows_at(changed.tolist(), model, dim), key=lambda r: (r[1], r[2])
+    )
+    return changed, _db_rows(generation, model, dim, rows)
+
+
+def _db_rows(generation: int, model: str | None, dim: int, rows: list[sqlite3.Row]) -> DbRows:
+    """:class:`DbRows` of (rowid, path, chunk_index, embed hash) rows, in their order."""
     n = len(rows)
     return DbRows(
         generation=generation,
@@ -336,6 +382,9 @@ class _Read:
     db: DbRows
     plan: _Plan
     fetched: np.ndarray
+    # Chunk rows looked up (PublishResult.rows_read), and whether that was every row.
+    rows_read: int
+    listed: bool
 
 
 class Publish:
@@ -367,12 +416,15 @@ class Publish:
         # Why the current cache is not built on (None: it is, if it matches the head).
         self.discarded: str | None = None
         self.reusable = False
+        # The index's change log as this publish's snapshot sees it (None: no log).
+        self.log_head: changes.LogHead | None = None
 
     def run(self) -> PublishResult:
         self.uid = ensure_index_uid(self.conn)
         self.open_current()
         with transaction(self.conn, write=False):
             generation, model, dim = index_head(self.conn)
+            self.log_head = changes.head(self.conn)
             self.reusable = self.matches_head(model, dim)
             unchanged = self.unchanged(generation, model, dim)
             if unchanged is not None:
@@ -381,6 +433,7 @@ class Publish:
         refs = self.attach_graphs(self.write_segments(read))
         manifest = self.write_manifest(read.db, refs)
         self.collect_garbage(manifest)
+        self.prune_log(manifest)
         return self.report(manifest, read)
 
     def open_current(self) -> None:
@@ -409,27 +462,51 @@ class Publish:
         # Writers bump the generation with every row change, so equal rowids at an
         # equal generation are equal rows; anything else is damage to republish.
         cached = live_column(self.segments, META_ROWID)
-        if not np.array_equal(cached, list_rowids(self.conn, model, dim)):
+        listed = list_rowids(self.conn, model, dim)
+        if not np.array_equal(cached, listed):
             self.discarded = f"the cached rows do not match the database at generation {generation}"
             self.reusable = False
             return None
         if _graphs_missing(current.segments, self.mode):
             return None
-        return PublishResult(_restamped(self.directory, current, self.segments), "unchanged", 0, 0)
+        restamped = _restamped(self.directory, current, self.segments)
+        return PublishResult(restamped, "unchanged", 0, 0, rows_read=int(listed.shape[0]))
+
+    def log_position(self) -> int | None:
+        """The change-log position to read the changed rows from: the manifest's, when
+        the cache is reused and the log holds every entry after it and not too many;
+        None: list every row."""
+        current, head = self.current, self.log_head
+        if not self.reusable or current is None or current.changes is None or head is None:
+            return None
+        if not head.covers(current.changes):
+            return None
+        if head.last - current.changes > LIST_ALL_FRACTION * current.rows:
+            return None
+        return current.changes
 
     def read_rows(self, generation: int, model: str | None, dim: int) -> _Read:
-        """The database's rows, the plan against the reused segments, and the vectors of
-        the rows the cache lacks (call inside the read transaction)."""
-        db = list_rows(self.conn, generation, model, dim)
+        """The rows that go into the new segment, the plan against the reused segments,
+        and the vectors of the rows the cache lacks (call inside the read transaction):
+        from the rows logged since the manifest's position (:func:`changed_rows`,
+        :func:`_plan_changes`), or from every row (:func:`list_rows`, :func:`_plan`)."""
         if not self.reusable:
             self.segments = []
-        plan = _plan(self.segments, db)
+        since = self.log_position()
+        if since is None or not model:
+            db = list_rows(self.conn, generation, model, dim)
+            plan = _plan(self.segments, db)
+            rows_read, listed = int(db.rowids.shape[0]), True
+        else:
+            changed, fresh = changed_rows(self.conn, generation, model, dim, since)
+            plan, db = _plan_changes(self.segments, changed, fresh)
+            rows_read, listed = int(changed.shape[0]), False
         fetched = (
             read_vectors(self.conn, db.rowids[plan.added], db.model, db.dim)
             if db.model and plan.added.any()
             else np.zeros((0, db.dim), np.int8)
         )
-        return _Read(db, plan, fetched)
+        return _Read(db, plan, fetched, rows_read, listed)
 
     def write_segments(self, read: _Read) -> list[tuple[SegmentRef, np.ndarray]]:
         """Each segment of the new manifest with its int8 rows (to build a graph from):
@@ -478,6 +555,7 @@ class Publish:
             segments=tuple(refs),
             published_at=time.time(),
             stamps=_stamps(self.directory, files, self.segments if self.reusable else []),
+            changes=self.log_head.last if self.log_head is not None else None,
         )
         write_manifest(self.directory, manifest)
         return manifest
@@ -486,6 +564,16 @@ class Publish:
         """Delete files neither ``manifest`` nor the previous one names."""
         previous = self.current.files() if self.current else set()
         collect_garbage(self.directory, keep=manifest.files() | previous)
+
+    def prune_log(self, manifest: Manifest) -> None:
+        """Delete the change-log entries ``manifest`` includes (:func:`changes.prune`);
+        a failure (the database busy past the retries) only leaves them for later."""
+        if manifest.changes is None:
+            return
+        try:
+            changes.prune(self.conn, manifest.changes)
+        except sqlite3.Error as exc:
+            log.warning("vectors.changes_prune_failed", error=str(exc))
 
     def report(self, manifest: Manifest, read: _Read) -> PublishResult:
         """Log ``vectors.published`` and return the result."""
@@ -499,11 +587,18 @@ class Publish:
             tombstones=manifest.tombstones,
             added=int(plan.added.sum()),
             removed=plan.removed,
+            rows_read=read.rows_read,
+            read="all" if read.listed else "changes",
             discarded=self.discarded,
             duration_ms=round(1000 * (time.perf_counter() - self.started), 1),
         )
         return PublishResult(
-            manifest, plan.action, int(plan.added.sum()), plan.removed, self.discarded
+            manifest,
+            plan.action,
+            int(plan.added.sum()),
+            plan.removed,
+            self.discarded,
+            read.rows_read,
         )
 
 
@@ -553,23 +648,108 @@ def _plan(segments: list[Segment], db: DbRows) -> _Plan:
             source[hit] = i
             position[hit] = kept[order][at[hit]]
     added = source < 0
-
-    live_rows = [s.size - d.shape[0] for s, d in zip(segments, dead, strict=True)]
-    base_rows = segments[0].size if segments else 0
-    delta_rows = sum(s.size for s in segments[1:]) + int(added.sum())
-    tombstones = sum(d.shape[0] for d in dead)
-    if not segments or delta_rows + tombstones > COMPACT_FRACTION * base_rows:
-        action, rewrite = "full", set(range(len(segments)))
-    else:
-        rewrite = {i for i, live in enumerate(live_rows) if live == 0}
-        kept_count = len(segments) - len(rewrite)
-        if added.any() and kept_count + 1 > MAX_SEGMENTS:
-            action = "fold"
-            rewrite |= set(range(1, len(segments)))
-        else:
-            action = "delta"
+    action, rewrite = _compaction(segments, dead, int(added.sum()))
     into_new = added | np.isin(source, sorted(rewrite))
     return _Plan(action, source, position, added, removed, dead, rewrite, into_new)
+
+
+def _compaction(
+    segments: list[Segment], dead: list[np.ndarray], added: int
+) -> tuple[str, set[int]]:
+    """The action (module docstring's policy) and the segments rewritten into the new
+    one, given each segment's tombstones after this publish and the rows it adds."""
+    live_rows = [s.size - d.shape[0] for s, d in zip(segments, dead, strict=True)]
+    base_rows = segments[0].size if segments else 0
+    delta_rows = sum(s.size for s in segments[1:]) + added
+    tombstones = sum(d.shape[0] for d in dead)
+    if not segments or delta_rows + tombstones > COMPACT_FRACTION * base_rows:
+        return "full", set(range(len(segments)))
+    rewrite = {i for i, live in enumerate(live_rows) if live == 0}
+    if added and len(segments) - len(rewrite) + 1 > MAX_SEGMENTS:
+        return "fold", rewrite | set(range(1, len(segments)))
+    return "delta", rewrite
+
+
+def _plan_changes(
+    segments: list[Segment], changed: np.ndarray, fresh: DbRows
+) -> tuple[_Plan, DbRows]:
+    """:func:`_plan` from the changed rows alone: ``changed`` the sorted rowids logged
+    since the segments' position, ``fresh`` those of them with a vector now.
+
+    A cached live row at a changed rowid stays if ``fresh`` has its identity and becomes a
+    tombstone otherwise; a ``fresh`` row whose identity is not cached is added. Rows at
+    other rowids did not change (the log is complete), so this is :func:`_plan`'s diff
+    without the rows it would find equal. Returns the plan and the rows of the new
+    segment (the added rows, and the live rows of the segments rewritten into it, taken
+    from the segments), sorted by (path, chunk_index) as a full listing's."""
+    fresh_sorted = np.sort(fresh.idents)
+    dead: list[np.ndarray] = []
+    stayed: list[np.ndarray] = []
+    removed = 0
+    for segment in segments:
+        live = np.flatnonzero(segment.live_mask())
+        at = live[_members(np.asarray(segment.meta[live, META_ROWID]), changed)]
+        idents = np.asarray(segment.meta[at, META_IDENT])
+        stays = _members(idents, fresh_sorted)
+        gone = at[~stays]
+        removed += int(gone.shape[0])
+        dead.append(np.union1d(segment.dead, gone).astype(np.int64))
+        stayed.append(idents[stays])
+    cached = np.sort(np.concatenate(stayed)) if stayed else np.zeros(0, np.int64)
+    added = ~_members(fresh.idents, cached)
+    action, rewrite = _compaction(segments, dead, int(added.sum()))
+    db, source, position = _new_rows(segments, dead, rewrite, fresh, added)
+    into_new = np.ones(source.shape[0], dtype=bool)
+    return _Plan(action, source, position, source < 0, removed, dead, rewrite, into_new), db
+
+
+def _new_rows(
+    segments: list[Segment],
+    dead: list[np.ndarray],
+    rewrite: set[int],
+    fresh: DbRows,
+    added: np.ndarray,
+) -> tuple[DbRows, np.ndarray, np.ndarray]:
+    """The new segment's rows: ``fresh`` rows where ``added``, and the live rows of the
+    ``rewrite`` segments, sorted by (path, chunk_index); with each row's source segment
+    (-1: ``fresh``) and position in it."""
+    picked = np.flatnonzero(added)
+    fresh_paths = [fresh.paths[i] for i in picked]
+    kept = []
+    for i in sorted(rewrite):
+        segment = segments[i]
+        mask = np.ones(segment.size, dtype=bool)
+        mask[dead[i]] = False
+        kept.append((i, np.flatnonzero(mask)))
+    vocabulary = sorted(set(fresh_paths).union(*(segments[i].paths for i, _ in kept)))
+    ordinal_of = {path: k for k, path in enumerate(vocabulary)}
+    sources = [np.full(picked.shape[0], -1, dtype=np.int64)]
+    positions = [np.full(picked.shape[0], -1, dtype=np.int64)]
+    rowids, idents = [fresh.rowids[picked]], [fresh.idents[picked]]
+    chunk_indexes = [fresh.chunk_indexes[picked]]
+    ordinals = [np.fromiter((ordinal_of[p] for p in fresh_paths), np.int64, len(fresh_paths))]
+    for i, at in kept:
+        meta = np.asarray(segments[i].meta[at])
+        local = np.fromiter((ordinal_of[p] for p in segments[i].paths), np.int64)
+        sources.append(np.full(at.shape[0], i, dtype=np.int64))
+        positions.append(at)
+        rowids.append(meta[:, META_ROWID])
+        idents.append(meta[:, META_IDENT])
+        chunk_indexes.append(meta[:, META_INDEX])
+        ordinals.append(local[meta[:, META_PATH]])
+    path_ordinals = np.concatenate(ordinals)
+    indexes = np.concatenate(chunk_indexes)
+    order = np.lexsort((indexes, path_ordinals))
+    db = DbRows(
+        generation=fresh.generation,
+        model=fresh.model,
+        dim=fresh.dim,
+        rowids=np.concatenate(rowids)[order],
+        idents=np.concatenate(idents)[order],
+        paths=[vocabulary[k] for k in path_ordinals[order]],
+        chunk_indexes=indexes[order],
+    )
+    return db, np.concatenate(sources)[order], np.concatenate(positions)[order]
 
 
 def _members(values: np.ndarray, sorted_pool: np.ndarray) -> np.ndarray:

@@ -24,13 +24,16 @@ The manifest (``current.json``)::
      "source": "finalize", "published_at": 1700000000.0, "rows": 1234,
      "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
                    "hnsw": "<file>" | null, "sha256": {"<file>": "<hex digest>", ...}}],
-     "stat": {"<file>": [device, inode, mtime_ns, size], ...}}
+     "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null}
 
 ``generation`` is the index generation whose rows the manifest holds exactly;
 ``index_uid`` ties it to one database (a rebuilt database starts over at generation 0).
 ``stat`` (optional; readers ignore it) records each file's :data:`StatKey` as the
 publisher left it, so a later writer can tell "nothing touched the cache" with a few
 stats (:func:`files_as_published`) instead of hashing it and reading every row.
+``changes`` (optional; readers ignore it) is the position in the index's chunk change log
+(:mod:`rifflux.store.changes`) that the rows include: the next publisher reads only the
+rows logged after it.
 
 Integrity (formats 2 and 3): every file a segment names has its sha256 in the manifest,
 computed while the file is written (no second read). A reader verifies each file against
@@ -207,6 +210,9 @@ class Manifest:
     # (file name, stat key) of every file the manifest names, as its publisher left
     # them; () when unknown. Only a publisher reads them (:func:`files_as_published`).
     stamps: tuple[tuple[str, StatKey], ...] = ()
+    # The position in the index's chunk change log (rifflux.store.changes) that the rows
+    # include; None when unknown (an older publisher, an index without the log).
+    changes: int | None = None
 
     @property
     def rows(self) -> int:
@@ -244,6 +250,7 @@ class Manifest:
                 for s in self.segments
             ],
             "stat": {name: list(key) for name, key in self.stamps},
+            "changes": self.changes,
         }
 
     @classmethod
@@ -278,6 +285,7 @@ class Manifest:
                         (str(name), _as_stat_key(key)) for name, key in data.get("stat", {}).items()
                     )
                 ),
+                changes=None if data.get("changes") is None else int(data["changes"]),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CacheCorrupt(f"the manifest is malformed: {exc!r}") from None
