@@ -58,8 +58,9 @@ import numpy as np
 from rifflux.bigrams import has_cjk
 from rifflux.search.query import (
     STOP_WORDS,
-    build_cjk_match_query,
     build_match_query,
+    cjk_match_clauses,
+    match_clauses,
     phrases_match,
     query_phrases,
 )
@@ -105,6 +106,9 @@ class LexicalOptions:
     stop_words: frozenset[str] = STOP_WORDS
     path_weight: float = PATH_WEIGHT
     about_weight: float = ABOUT_WEIGHT
+    # Seek the best rows among those holding the rarer terms first (rifflux.store.fts's
+    # bounds: the same rows and scores); False scores every match, as the reference.
+    bounded: bool = True
 
     @property
     def weights(self) -> Bm25Weights:
@@ -188,9 +192,14 @@ def _routed(
     ranked = functools.partial(
         top_hits, conn, weights=options.weights, scope=scope, path=path, about=about
     )
+    clauses = match_clauses(text, options.stop_words) if options.bounded else []
     if not (has_cjk(text) and has_cjk_table(conn)):
-        return ranked(FTS_TABLE, match, limit)
-    cjk_match = build_cjk_match_query(text, options.stop_words)
-    side = ranked(CJK_TABLE, cjk_match, limit) if cjk_match else []
-    rest = ranked(FTS_TABLE, match, limit, skip=rows_with_cjk)
+        return ranked(FTS_TABLE, match, limit, clauses=clauses)
+    cjk = cjk_match_clauses(text, options.stop_words)
+    side = (
+        ranked(CJK_TABLE, " OR ".join(cjk), limit, clauses=cjk if options.bounded else [])
+        if cjk
+        else []
+    )
+    rest = ranked(FTS_TABLE, match, limit, skip=rows_with_cjk, clauses=clauses)
     return sorted(side + rest, key=lambda h: (h.bm25, h.key))[:limit]

@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ TIE_MARGIN = 16
 
 _TOP_SQL = (
     "WITH top AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
-    "WHERE {t} MATCH ?{where} ORDER BY score LIMIT ?) "
+    "WHERE {t} MATCH ?{where}{cand} ORDER BY score LIMIT ?) "
     "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
     "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
     "ORDER BY top.score, f.path, c.chunk_index"
@@ -115,7 +116,7 @@ _TOP_WITH_PATH_SQL = (
     "WITH p AS (SELECT rowid AS file_id, bm25(" + PATH_TABLE + ") AS score "
     "FROM " + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
     "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
-    "WHERE {t} MATCH ?{where}), "
+    "WHERE {t} MATCH ?{where}{cand}), "
     "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
     "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
     "LEFT JOIN p ON p.file_id = k.file_id ORDER BY score LIMIT ?) "
@@ -142,7 +143,8 @@ _ABOUT_CTES = (
     + " WHERE "
     + ABOUT_TABLE
     + " MATCH ?{where}), "
-    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} WHERE {t} MATCH ?{where}), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
+    "WHERE {t} MATCH ?{where}{cand}), "
 )
 _ABOUT_TOP = (
     "top AS (SELECT id, MIN(score) AS score FROM (SELECT id, score FROM t1 "
@@ -221,37 +223,58 @@ def top_hits(
     skip: Callable[[sqlite3.Connection, Sequence[int]], set[int]] | None = None,
     path: str = "",
     about: bool = False,
+    clauses: Sequence[str] = (),
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``scope``
     restricts the rows. With a ``path`` MATCH (given only when ``weights.path`` > 0) the
     weighted bm25() of the file's path is added to each row's; with ``about``
     (``chunks_fts`` only), the weighted bm25() of the about text of a file's first chunk
-    is added to that chunk's, which it may match by alone."""
+    is added to that chunk's, which it may match by alone. ``clauses``: the OR-ed
+    clauses ``match`` is made of (in its order); given, the rows are first sought among
+    those holding the rarer clauses (:class:`_Bounded`), with the same result; empty:
+    every match is scored."""
     where, params = scope.where()
     columns = {"h": float(weights.heading), "c": float(weights.content)}
     limits = 1  # LIMIT placeholders at the end of the SQL
-    if about and table == "chunks_fts":
+    with_about = about and table == "chunks_fts"
+    if with_about:
         template = _TOP_ABOUT_WITH_PATH_SQL if path else _TOP_ABOUT_SQL
         sql = template.format(
             t=table,
             w=float(weights.path),
             aw=float(weights.about),
             where=where,
+            cand="{cand}",
             **columns,
         )
         bound: tuple[object, ...] = (*((path,) if path else ()), match, *params, match, *params)
         limits = 2
     elif path:
-        sql = _TOP_WITH_PATH_SQL.format(t=table, w=float(weights.path), where=where, **columns)
-        bound = (path, match, *params)
+        template = _TOP_WITH_PATH_SQL.format(
+            t=table, w=float(weights.path), where=where, cand="{cand}", **columns
+        )
+        sql, bound = template, (path, match, *params)
     else:
-        sql = _TOP_SQL.format(t=table, where=where, **columns)
+        sql = _TOP_SQL.format(t=table, where=where, cand="{cand}", **columns)
         bound = (match, *params)
+
+    def ranked(
+        fetch: int, cand: str = "", cand_params: tuple[object, ...] = ()
+    ) -> list[LexicalHit]:
+        rows = conn.execute(
+            sql.format(cand=cand), (*bound, *cand_params, *[fetch] * limits)
+        ).fetchall()
+        return [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+
+    bounded = (
+        _Bounded.plan(conn, table, clauses, path, float(weights.path), match, with_about)
+        if len(clauses) > 1
+        else None
+    )
     fetch = limit + TIE_MARGIN
     while True:
-        rows = conn.execute(sql, (*bound, *[fetch] * limits)).fetchall()
-        hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+        hits = (bounded.rows(ranked, fetch) if bounded is not None else None) or ranked(fetch)
         if skip is not None and hits:
             skipped = skip(conn, [h.row_id for h in hits])
             kept = [h for h in hits if h.row_id not in skipped]
@@ -264,3 +287,134 @@ def top_hits(
         if len(kept) > limit and kept[-1].bm25 > kept[limit - 1].bm25:
             return kept[:limit]
         fetch *= 4
+
+
+# FTS5's bm25() constant k1 (fts5_aux.c, fts5Bm25Function): each phrase adds
+# idf × f·(k1 + 1) / (f + k1·(1 − b + b·D/avgdl)) to a row's score (negated), with f the
+# column-weighted count of the phrase in the row, so less than idf × (k1 + 1) whatever f,
+# the weights and the row's length; idf = log((N − n + 0.5) / (n + 0.5)), at least 1e-6.
+BM25_K1 = 1.2
+BM25_MIN_IDF = 1e-6
+# Relative slack on a bound, far above the rounding of FTS5's sums.
+_BOUND_SLACK = 1e-9
+# The bounded search is tried while its candidates (the rows of the essential clauses)
+# are at most this share of the table's rows, at most ``_BOUND_TRIES`` times per window.
+_BOUND_SHARE = 0.25
+_BOUND_TRIES = 2
+
+
+def _varint(blob: bytes) -> int:
+    """SQLite's variable-length integer at the start of ``blob`` (FTS5 writes its own)."""
+    value = 0
+    for i, byte in enumerate(blob[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    raise ValueError("truncated varint")
+
+
+def fts_row_count(conn: sqlite3.Connection, table: str) -> int:
+    """The row count FTS5's bm25() uses (xRowCount): the first varint of the table's
+    averages record (``{table}_data`` row 1); 0 when there is none."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+    return _varint(bytes(row[0])) if row and row[0] else 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Clause:
+    match: str
+    hits: int  # rows holding it (FTS5's nHit for its idf)
+    upper: float  # more than it adds to any row's score
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounded:
+    """MaxScore over FTS5: the rows of an OR of clauses, sought first among those holding
+    the rarer ("essential") clauses, exactly as the full query ranks them.
+
+    A row holding none of the essential clauses scores (bm25() is negative, lower is
+    better) at least ``floor`` = −Σ upper bound of the other clauses + the best path
+    bonus; every about match is a candidate too, so no about bonus enters the floor.
+    The candidates are ranked by the very SQL of the full query (the same MATCH, so the
+    same idf, average length and float sums) restricted to them, and the result stands
+    when ``fetch`` of them score below the floor: no other row can reach the window.
+    Otherwise the next clause becomes essential (up to ``_BOUND_TRIES`` times, while the
+    candidates stay under ``_BOUND_SHARE`` of the rows), then the full query runs."""
+
+    table: str
+    clauses: tuple[_Clause, ...]  # rarest first
+    rows_total: int
+    path_min: float
+    about: str  # the about MATCH whose rows are always candidates ("" for none)
+
+    @classmethod
+    def plan(
+        cls,
+        conn: sqlite3.Connection,
+        table: str,
+        clauses: Sequence[str],
+        path: str,
+        path_weight: float,
+        match: str,
+        about: bool,
+    ) -> _Bounded | None:
+        total = fts_row_count(conn, table)
+        if total <= 0:
+            return None
+        counted = []
+        for clause in clauses:
+            hits = int(
+                conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
+                ).fetchone()[0]
+            )
+            idf = max(math.log((total - hits + 0.5) / (hits + 0.5)), BM25_MIN_IDF)
+            counted.append(_Clause(clause, hits, idf * (BM25_K1 + 1.0) * (1 + _BOUND_SLACK)))
+        path_min = 0.0
+        if path:
+            best = conn.execute(
+                f"SELECT bm25({PATH_TABLE}) AS s FROM {PATH_TABLE} WHERE {PATH_TABLE} MATCH ? "
+                "ORDER BY s LIMIT 1",
+                (path,),
+            ).fetchone()
+            path_min = path_weight * float(best[0]) if best is not None else 0.0
+        return cls(
+            table,
+            tuple(sorted(counted, key=lambda c: (c.hits, c.match))),
+            total,
+            path_min,
+            match if about else "",
+        )
+
+    def rows(
+        self, ranked: Callable[[int, str, tuple[object, ...]], list[LexicalHit]], fetch: int
+    ) -> list[LexicalHit] | None:
+        """The best ``fetch`` rows as the full query returns them, or None when the
+        bound cannot vouch for them (run the full query)."""
+        tries = 0
+        candidates = 0
+        for split in range(1, len(self.clauses)):
+            candidates += self.clauses[split - 1].hits
+            if candidates > _BOUND_SHARE * self.rows_total or tries >= _BOUND_TRIES:
+                return None
+            if candidates < fetch and not self.about:
+                continue
+            rest = self.clauses[split:]
+            floor = -math.fsum(c.upper for c in rest) + self.path_min * (1 + _BOUND_SLACK)
+            floor -= _BOUND_SLACK * (1.0 + abs(floor))
+            essential = " OR ".join(c.match for c in self.clauses[:split])
+            tries += 1
+            hits = ranked(fetch, *self._restrict(essential))
+            if len(hits) == fetch and hits[-1].bm25 < floor:
+                return hits
+        return None
+
+    def _restrict(self, essential: str) -> tuple[str, tuple[object, ...]]:
+        t = self.table
+        held = f"+rowid IN (SELECT rowid FROM {t} WHERE {t} MATCH ?)"
+        if not self.about:
+            return f" AND {held}", (essential,)
+        about = f"+rowid IN (SELECT rowid FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ?)"
+        return f" AND ({held} OR {about})", (essential, self.about)
