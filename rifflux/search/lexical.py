@@ -41,6 +41,14 @@ bm25() is added to that chunk's bm25(), and a first chunk may match by it alone.
 whose terms are in no about text (one probe), a CJK query's side table, or an index
 without the table run the SQL of before.
 
+Bounds (issue 22): the OR-ed clauses of the MATCH (rifflux.search.query's
+``match_clauses``) are handed to rifflux.store.fts, which seeks the best rows among those
+holding the rarer clauses first and proves by FTS5's bm25() bounds that no other row can
+reach the window (else it scores every match, as before): the same rows and the same
+bm25() values either way. ``LexicalOptions(bounded=False)`` always scores every match
+(the reference the differential test and ``benchmarks/lexical_scale.py --reference``
+compare with).
+
 What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
 words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
 core's; nothing here is meant to be patched at run time.

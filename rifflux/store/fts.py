@@ -17,6 +17,20 @@ Invariants:
   lookup would run the whole MATCH once per listed rowid (measured on SciFact, 2,661
   admitted rowids: 610 ms with ``rowid IN``, 3 ms with ``+rowid IN``, the MATCH alone
   2 ms).
+* Lexical search by bounds (issue 22, :class:`_Bounded`, MaxScore over FTS5): given the
+  OR-ed clauses of the MATCH, each clause adds less than idf × (k1 + 1) to any row's
+  bm25() (FTS5's formula, fts5_aux.c; idf from FTS5's own row count and the clause's
+  row count). The ranked SQL is first run restricted (``+rowid IN`` a MATCH of the
+  rarest clauses, plus every about match) and its rows stand when the last of the
+  window scores below what any other row can reach (−Σ bounds of the other clauses +
+  the best path bonus); the scores are FTS5's own, from the full MATCH, so identical.
+  Otherwise a rarer-first wider set is tried, then the full query. Always the full
+  query: a single clause, a window the bounds cannot fill (candidates over
+  ``_BOUND_SHARE`` of the rows, or after ``_BOUND_TRIES``), ``clauses`` not given.
+  The restricted SQL still walks every posting of the full MATCH (FTS5 filters
+  ``+rowid`` after its iterator, and computes idf by a pass over each clause's
+  postings); what it saves is bm25() and the path join for every row but the
+  candidates (BENCHMARKS.md, "Lexical search by bounds (issue 22)").
 * A search builds nothing: ``files_fts``, ``chunks_about`` and ``chunks_cjk`` are the
   writer's, kept by triggers; an index without one (written before it existed) is asked
   the SQL of before (:func:`any_path_matches`, :func:`any_about_matches`).
