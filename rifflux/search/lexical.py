@@ -165,10 +165,11 @@ def lexical_search(
     path = match if options.path_weight > 0 and any_path_matches(conn, match) else ""
     about = options.about_weight > 0 and any_about_matches(conn, match)
     phrases = query_phrases(text)
+    counts: dict[tuple[str, str], int] = {}  # clause row counts, shared by the tiers
     if not phrases:
-        return _routed(conn, text, match, limit, options, Scope(rows), path, about)
+        return _routed(conn, text, match, limit, options, Scope(rows), path, about, counts)
     both = phrases_match(phrases)
-    first = _routed(conn, text, match, limit, options, Scope(rows, both), path, about)
+    first = _routed(conn, text, match, limit, options, Scope(rows, both), path, about, counts)
     if len(first) >= limit:
         return first
     rest = _routed(
@@ -180,6 +181,7 @@ def lexical_search(
         Scope(rows, both, holding=False),
         path,
         about,
+        counts,
     )
     return first + rest
 
@@ -193,12 +195,19 @@ def _routed(
     scope: Scope,
     path: str,
     about: bool = False,
+    counts: dict[tuple[str, str], int] | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows in ``scope``: from chunks_fts, or for a CJK query from both
     tables merged by bm25(). ``path``: the MATCH of the path bonus ("" for none);
-    ``about``: add the about bonus too."""
+    ``about``: add the about bonus too; ``counts``: clause row counts of this search."""
     ranked = functools.partial(
-        top_hits, conn, weights=options.weights, scope=scope, path=path, about=about
+        top_hits,
+        conn,
+        weights=options.weights,
+        scope=scope,
+        path=path,
+        about=about,
+        counts=counts,
     )
     clauses = match_clauses(text, options.stop_words) if options.bounded else []
     if not (has_cjk(text) and has_cjk_table(conn)):

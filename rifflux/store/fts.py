@@ -238,6 +238,7 @@ def top_hits(
     path: str = "",
     about: bool = False,
     clauses: Sequence[str] = (),
+    counts: dict[tuple[str, str], int] | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``scope``
@@ -247,7 +248,8 @@ def top_hits(
     is added to that chunk's, which it may match by alone. ``clauses``: the OR-ed
     clauses ``match`` is made of (in its order); given, the rows are first sought among
     those holding the rarer clauses (:class:`_Bounded`), with the same result; empty:
-    every match is scored."""
+    every match is scored. ``counts``: the clauses' row counts by (table, clause), shared
+    by the calls of one search (filled here)."""
     where, params = scope.where()
     columns = {"h": float(weights.heading), "c": float(weights.content)}
     limits = 1  # LIMIT placeholders at the end of the SQL
@@ -282,7 +284,17 @@ def top_hits(
         return [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
 
     bounded = (
-        _Bounded.plan(conn, table, clauses, path, float(weights.path), match, with_about)
+        _Bounded.plan(
+            conn,
+            table,
+            clauses,
+            path,
+            float(weights.path),
+            match,
+            with_about,
+            covering=_covering(table, clauses, scope),
+            counts={} if counts is None else counts,
+        )
         if len(clauses) > 1
         else None
     )
@@ -318,6 +330,14 @@ _BOUND_SLACK = 1e-9
 # against 9.3 ms bounded, CPU time per query).
 _BOUND_SHARE = 0.5
 BOUND_MIN_POSTINGS = 20_000
+
+
+def _covering(table: str, clauses: Sequence[str], scope: Scope) -> frozenset[str]:
+    """The clauses one of which every row of ``scope`` holds: the phrase clauses (those
+    with a space) when the scope is the chunks holding every phrase (``chunks_fts``)."""
+    if table != FTS_TABLE or scope.phrases is None or not scope.holding:
+        return frozenset()
+    return frozenset(c for c in clauses if " " in c)
 
 
 def _varint(blob: bytes) -> int:
@@ -365,6 +385,7 @@ class _Bounded:
     rows_total: int
     path_min: float
     about: str  # the about MATCH whose rows are always candidates ("" for none)
+    covering: frozenset[str]  # every row in scope holds one of these clauses
 
     @classmethod
     def plan(
@@ -376,17 +397,23 @@ class _Bounded:
         path_weight: float,
         match: str,
         about: bool,
+        *,
+        covering: frozenset[str] = frozenset(),
+        counts: dict[tuple[str, str], int] | None = None,
     ) -> _Bounded | None:
         total = fts_row_count(conn, table)
         if total <= 0:
             return None
+        counts = {} if counts is None else counts
         counted = []
         for clause in clauses:
-            hits = int(
-                conn.execute(
-                    f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
-                ).fetchone()[0]
-            )
+            if (table, clause) not in counts:
+                counts[table, clause] = int(
+                    conn.execute(
+                        f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
+                    ).fetchone()[0]
+                )
+            hits = counts[table, clause]
             idf = max(math.log((total - hits + 0.5) / (hits + 0.5)), BM25_MIN_IDF)
             counted.append(_Clause(clause, hits, idf * (BM25_K1 + 1.0) * (1 + _BOUND_SLACK)))
         if sum(c.hits for c in counted) < BOUND_MIN_POSTINGS:
@@ -405,6 +432,7 @@ class _Bounded:
             total,
             path_min,
             match if about else "",
+            covering,
         )
 
     def rows(
@@ -455,6 +483,11 @@ class _Bounded:
         return floor - _BOUND_SLACK * (1.0 + abs(floor))
 
     def _vouched(self, hits: list[LexicalHit], fetch: int, split: int) -> bool:
+        """Whether no row left out can reach the window: every row in scope was a
+        candidate (it holds a covering clause), or the window's last row scores below
+        the floor."""
+        if self.covering.intersection(c.match for c in self.clauses[:split]):
+            return True
         return len(hits) == fetch and hits[-1].bm25 < self._floor(split)
 
     def _restrict(self, split: int) -> tuple[str, tuple[object, ...]]:
