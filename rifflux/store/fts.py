@@ -24,9 +24,11 @@ Invariants:
   rarest clauses, plus every about match) and its rows stand when the last of the
   window scores below what any other row can reach (−Σ bounds of the other clauses +
   the best path bonus); the scores are FTS5's own, from the full MATCH, so identical.
-  Otherwise one wider set, chosen so that it must succeed, then the full query. Always
-  the full query: a single clause, candidates over ``_BOUND_SHARE`` of the rows, a
-  filtered window the candidates cannot fill, ``clauses`` not given.
+  Otherwise one wider set, chosen so that it must succeed, then the full query. The
+  phrase tier (rows holding every phrase) is exact at once when a phrase clause is
+  essential. Always the full query: a single clause, under ``BOUND_MIN_POSTINGS``
+  postings in all, candidates over ``_BOUND_SHARE`` of the rows, a filtered window the
+  candidates cannot fill, ``clauses`` not given.
   The restricted SQL still walks every posting of the full MATCH (FTS5 filters
   ``+rowid`` after its iterator, and computes idf by a pass over each clause's
   postings); what it saves is bm25() and the path join for every row but the
