@@ -9,6 +9,10 @@ terms: ``rare`` (a term in under 0.1% of chunks), ``common`` (every term in 1% o
 or ``mid``; ``phrase`` for the quoted ones. Reports p50/p95/p99 overall and per label,
 and the FTS5 segment count of ``chunks_fts``.
 
+``--reference`` also times the same queries with every match scored
+(``LexicalOptions(bounded=False)``, the search before issue 22's bounds) and checks that
+both return the same rankings (ids and bm25() values).
+
 ``--optimize`` then merges every FTS5 table into one segment (what a large job's finalize
 does now, rifflux.store.segments), reports what that cost and times the same queries
 again, and checks that every query returns the same ranking (ids and scores).
@@ -37,6 +41,7 @@ import rifflux
 from rifflux.config import Settings
 from rifflux.errors import SearchTimeoutError
 from rifflux.index.indexer import Indexer
+from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 from rifflux.search.query import query_terms
 from rifflux.search.service import SearchService
 from rifflux.store.segments import FTS5_TABLES, optimize, segment_count
@@ -115,17 +120,22 @@ def percentiles(times: list[float]) -> dict[str, float]:
 
 
 def measure(
-    settings: Settings, queries: list[tuple[str, str]], rounds: int
+    settings: Settings,
+    queries: list[tuple[str, str]],
+    rounds: int,
+    lexical: LexicalOptions = DEFAULT_OPTIONS,
 ) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
-    service = SearchService(settings)
+    service = SearchService(settings, lexical=lexical)
     by_label: dict[str, list[float]] = {}
+    # This process's CPU time per query, by label: steadier on a loaded machine.
+    cpu: dict[str, list[float]] = {}
     rankings: list[list[tuple[str, float]]] = []
     timeouts: list[str] = []
     try:
         service.search(queries[0][1], top_k=10, mode="lexical")  # warm-up
         for round_no in range(rounds):
             for label, query in queries:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 try:
                     response = service.search(query, top_k=10, mode="lexical")
                 except SearchTimeoutError:
@@ -133,6 +143,7 @@ def measure(
                     if round_no == 0:
                         timeouts.append(query)
                 elapsed = (time.perf_counter() - t0) * 1000
+                cpu.setdefault(label, []).append((time.process_time() - c0) * 1000)
                 by_label.setdefault(label, []).append(elapsed)
                 if round_no == 0:
                     rankings.append(
@@ -143,6 +154,8 @@ def measure(
     every = [t for times in by_label.values() for t in times]
     out: dict[str, Any] = {"all": percentiles(every)}
     out.update({label: percentiles(times) for label, times in sorted(by_label.items())})
+    out["cpu_ms"] = {"all": percentiles([t for times in cpu.values() for t in times])}
+    out["cpu_ms"].update({label: percentiles(times) for label, times in sorted(cpu.items())})
     out["timed_out"] = timeouts
     return out, rankings
 
@@ -165,6 +178,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=22)
     parser.add_argument("--optimize", action="store_true", help="merge, then measure again")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also time every match scored (no bounds) and check the rankings are the same",
+    )
     args = parser.parse_args()
     os.environ["RIFFLUX_EMBEDDING_BACKEND"] = "hash"
     os.environ["RIFFLUX_QUERY_CACHE_SIZE"] = "0"
@@ -188,6 +206,14 @@ def main() -> int:
     report["segments"] = segments(db)
     report["lexical_ms"], rankings = measure(settings, queries, args.rounds)
     print(json.dumps(report, indent=2), flush=True)
+    if args.reference:
+        full = LexicalOptions(bounded=False)
+        report["lexical_ms_full_scoring"], reference = measure(settings, queries, args.rounds, full)
+        report["same_rankings_as_full_scoring"] = reference == rankings
+        report["differing_queries"] = [
+            query for (_, query), a, b in zip(queries, rankings, reference, strict=True) if a != b
+        ]
+        print(json.dumps(report, indent=2), flush=True)
     if args.optimize:
         conn = sqlite3.connect(db)
         try:

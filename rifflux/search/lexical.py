@@ -41,6 +41,14 @@ bm25() is added to that chunk's bm25(), and a first chunk may match by it alone.
 whose terms are in no about text (one probe), a CJK query's side table, or an index
 without the table run the SQL of before.
 
+Bounds (issue 22): the OR-ed clauses of the MATCH (rifflux.search.query's
+``match_clauses``) are handed to rifflux.store.fts, which seeks the best rows among those
+holding the rarer clauses first and proves by FTS5's bm25() bounds that no other row can
+reach the window (else it scores every match, as before): the same rows and the same
+bm25() values either way. ``LexicalOptions(bounded=False)`` always scores every match
+(the reference the differential test and ``benchmarks/lexical_scale.py --reference``
+compare with).
+
 What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
 words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
 core's; nothing here is meant to be patched at run time.
@@ -58,8 +66,9 @@ import numpy as np
 from rifflux.bigrams import has_cjk
 from rifflux.search.query import (
     STOP_WORDS,
-    build_cjk_match_query,
     build_match_query,
+    cjk_match_clauses,
+    match_clauses,
     phrases_match,
     query_phrases,
 )
@@ -105,6 +114,9 @@ class LexicalOptions:
     stop_words: frozenset[str] = STOP_WORDS
     path_weight: float = PATH_WEIGHT
     about_weight: float = ABOUT_WEIGHT
+    # Seek the best rows among those holding the rarer terms first (rifflux.store.fts's
+    # bounds: the same rows and scores); False scores every match, as the reference.
+    bounded: bool = True
 
     @property
     def weights(self) -> Bm25Weights:
@@ -153,10 +165,11 @@ def lexical_search(
     path = match if options.path_weight > 0 and any_path_matches(conn, match) else ""
     about = options.about_weight > 0 and any_about_matches(conn, match)
     phrases = query_phrases(text)
+    counts: dict[tuple[str, str], int] = {}  # clause row counts, shared by the tiers
     if not phrases:
-        return _routed(conn, text, match, limit, options, Scope(rows), path, about)
+        return _routed(conn, text, match, limit, options, Scope(rows), path, about, counts)
     both = phrases_match(phrases)
-    first = _routed(conn, text, match, limit, options, Scope(rows, both), path, about)
+    first = _routed(conn, text, match, limit, options, Scope(rows, both), path, about, counts)
     if len(first) >= limit:
         return first
     rest = _routed(
@@ -168,6 +181,7 @@ def lexical_search(
         Scope(rows, both, holding=False),
         path,
         about,
+        counts,
     )
     return first + rest
 
@@ -181,16 +195,28 @@ def _routed(
     scope: Scope,
     path: str,
     about: bool = False,
+    counts: dict[tuple[str, str], int] | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows in ``scope``: from chunks_fts, or for a CJK query from both
     tables merged by bm25(). ``path``: the MATCH of the path bonus ("" for none);
-    ``about``: add the about bonus too."""
+    ``about``: add the about bonus too; ``counts``: clause row counts of this search."""
     ranked = functools.partial(
-        top_hits, conn, weights=options.weights, scope=scope, path=path, about=about
+        top_hits,
+        conn,
+        weights=options.weights,
+        scope=scope,
+        path=path,
+        about=about,
+        counts=counts,
     )
+    clauses = match_clauses(text, options.stop_words) if options.bounded else []
     if not (has_cjk(text) and has_cjk_table(conn)):
-        return ranked(FTS_TABLE, match, limit)
-    cjk_match = build_cjk_match_query(text, options.stop_words)
-    side = ranked(CJK_TABLE, cjk_match, limit) if cjk_match else []
-    rest = ranked(FTS_TABLE, match, limit, skip=rows_with_cjk)
+        return ranked(FTS_TABLE, match, limit, clauses=clauses)
+    cjk = cjk_match_clauses(text, options.stop_words)
+    side = (
+        ranked(CJK_TABLE, " OR ".join(cjk), limit, clauses=cjk if options.bounded else [])
+        if cjk
+        else []
+    )
+    rest = ranked(FTS_TABLE, match, limit, skip=rows_with_cjk, clauses=clauses)
     return sorted(side + rest, key=lambda h: (h.bm25, h.key))[:limit]

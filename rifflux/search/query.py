@@ -56,14 +56,21 @@ def query_terms(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]
     return (content or terms)[:MAX_QUERY_TERMS]
 
 
+def match_clauses(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """The OR-ed clauses of :func:`build_match_query`, in its order: every term quoted,
+    then each phrase of :func:`query_phrases` (empty: no term)."""
+    terms = query_terms(text, stop_words)
+    if not terms:
+        return []
+    phrases = [phrase_expression(p) for p in query_phrases(text)]
+    return [*(f'"{term}"' for term in terms), *phrases]
+
+
 def build_match_query(text: str, stop_words: frozenset[str] = STOP_WORDS) -> str | None:
     """An FTS5 MATCH expression: every term quoted, OR-ed (BM25 ranks by how many match);
     each phrase of :func:`query_phrases` is one more OR-ed FTS5 phrase."""
-    terms = query_terms(text, stop_words)
-    if not terms:
-        return None
-    phrases = [phrase_expression(p) for p in query_phrases(text)]
-    return " OR ".join([*(f'"{term}"' for term in terms), *phrases])
+    clauses = match_clauses(text, stop_words)
+    return " OR ".join(clauses) if clauses else None
 
 
 _QUOTED = re.compile(r'"([^"]*)"')
@@ -94,6 +101,12 @@ def build_cjk_match_query(text: str, stop_words: frozenset[str] = STOP_WORDS) ->
     """The MATCH expression for ``chunks_cjk``: the query's words OR its CJK bigrams (and
     the phrase of each run of three or more characters), each quoted. A single character
     is a prefix query: every bigram that starts with it (and a lone one)."""
+    clauses = cjk_match_clauses(text, stop_words)
+    return " OR ".join(clauses) if clauses else None
+
+
+def cjk_match_clauses(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """The OR-ed clauses of :func:`build_cjk_match_query`, in its order."""
     words = query_terms(re.sub(f"[{CJK_CHARS}]+", " ", text), stop_words)
     clauses: dict[str, None] = {f'"{word}"': None for word in words}
     for run in cjk_runs(text):
@@ -104,5 +117,4 @@ def build_cjk_match_query(text: str, stop_words: frozenset[str] = STOP_WORDS) ->
         clauses.update({f'"{bigram}"': None for bigram in bigrams})
         if len(bigrams) > 1:
             clauses[f'"{" ".join(bigrams)}"'] = None
-    terms = list(clauses)[:MAX_QUERY_TERMS]
-    return " OR ".join(terms) if terms else None
+    return list(clauses)[:MAX_QUERY_TERMS]

@@ -17,6 +17,22 @@ Invariants:
   lookup would run the whole MATCH once per listed rowid (measured on SciFact, 2,661
   admitted rowids: 610 ms with ``rowid IN``, 3 ms with ``+rowid IN``, the MATCH alone
   2 ms).
+* Lexical search by bounds (issue 22, :class:`_Bounded`, MaxScore over FTS5): given the
+  OR-ed clauses of the MATCH, each clause adds less than idf × (k1 + 1) to any row's
+  bm25() (FTS5's formula, fts5_aux.c; idf from FTS5's own row count and the clause's
+  row count). The ranked SQL is first run restricted (``+rowid IN`` a MATCH of the
+  rarest clauses, plus every about match) and its rows stand when the last of the
+  window scores below what any other row can reach (−Σ bounds of the other clauses +
+  the best path bonus); the scores are FTS5's own, from the full MATCH, so identical.
+  Otherwise one wider set, chosen so that it must succeed, then the full query. The
+  phrase tier (rows holding every phrase) is exact at once when a phrase clause is
+  essential. Always the full query: a single clause, under ``BOUND_MIN_POSTINGS``
+  postings in all, candidates over ``_BOUND_SHARE`` of the rows, a filtered window the
+  candidates cannot fill, ``clauses`` not given.
+  The restricted SQL still walks every posting of the full MATCH (FTS5 filters
+  ``+rowid`` after its iterator, and computes idf by a pass over each clause's
+  postings); what it saves is bm25() and the path join for every row but the
+  candidates (BENCHMARKS.md, "Lexical search by bounds (issue 22)").
 * A search builds nothing: ``files_fts``, ``chunks_about`` and ``chunks_cjk`` are the
   writer's, kept by triggers; an index without one (written before it existed) is asked
   the SQL of before (:func:`any_path_matches`, :func:`any_about_matches`).
@@ -25,6 +41,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -100,7 +117,7 @@ TIE_MARGIN = 16
 
 _TOP_SQL = (
     "WITH top AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
-    "WHERE {t} MATCH ?{where} ORDER BY score LIMIT ?) "
+    "WHERE {t} MATCH ?{where}{cand} ORDER BY score LIMIT ?) "
     "SELECT top.id, f.path, c.chunk_index, top.score FROM top "
     "JOIN chunks c ON c.id = top.id JOIN files f ON f.id = c.file_id "
     "ORDER BY top.score, f.path, c.chunk_index"
@@ -115,7 +132,7 @@ _TOP_WITH_PATH_SQL = (
     "WITH p AS (SELECT rowid AS file_id, bm25(" + PATH_TABLE + ") AS score "
     "FROM " + PATH_TABLE + " WHERE " + PATH_TABLE + " MATCH ?), "
     "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
-    "WHERE {t} MATCH ?{where}), "
+    "WHERE {t} MATCH ?{where}{cand}), "
     "top AS (SELECT m.id AS id, m.score + {w} * coalesce(p.score, 0.0) AS score FROM m "
     "JOIN chunks k INDEXED BY " + CHUNK_FILE_INDEX + " ON k.id = m.id "
     "LEFT JOIN p ON p.file_id = k.file_id ORDER BY score LIMIT ?) "
@@ -142,7 +159,8 @@ _ABOUT_CTES = (
     + " WHERE "
     + ABOUT_TABLE
     + " MATCH ?{where}), "
-    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} WHERE {t} MATCH ?{where}), "
+    "m AS (SELECT rowid AS id, bm25({t}, {h}, {c}) AS score FROM {t} "
+    "WHERE {t} MATCH ?{where}{cand}), "
 )
 _ABOUT_TOP = (
     "top AS (SELECT id, MIN(score) AS score FROM (SELECT id, score FROM t1 "
@@ -221,37 +239,70 @@ def top_hits(
     skip: Callable[[sqlite3.Connection, Sequence[int]], set[int]] | None = None,
     path: str = "",
     about: bool = False,
+    clauses: Sequence[str] = (),
+    counts: dict[tuple[str, str], int] | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``scope``
     restricts the rows. With a ``path`` MATCH (given only when ``weights.path`` > 0) the
     weighted bm25() of the file's path is added to each row's; with ``about``
     (``chunks_fts`` only), the weighted bm25() of the about text of a file's first chunk
-    is added to that chunk's, which it may match by alone."""
+    is added to that chunk's, which it may match by alone. ``clauses``: the OR-ed
+    clauses ``match`` is made of (in its order); given, the rows are first sought among
+    those holding the rarer clauses (:class:`_Bounded`), with the same result; empty:
+    every match is scored. ``counts``: the clauses' row counts by (table, clause), shared
+    by the calls of one search (filled here)."""
     where, params = scope.where()
     columns = {"h": float(weights.heading), "c": float(weights.content)}
     limits = 1  # LIMIT placeholders at the end of the SQL
-    if about and table == "chunks_fts":
+    with_about = about and table == "chunks_fts"
+    if with_about:
         template = _TOP_ABOUT_WITH_PATH_SQL if path else _TOP_ABOUT_SQL
         sql = template.format(
             t=table,
             w=float(weights.path),
             aw=float(weights.about),
             where=where,
+            cand="{cand}",
             **columns,
         )
         bound: tuple[object, ...] = (*((path,) if path else ()), match, *params, match, *params)
         limits = 2
     elif path:
-        sql = _TOP_WITH_PATH_SQL.format(t=table, w=float(weights.path), where=where, **columns)
-        bound = (path, match, *params)
+        template = _TOP_WITH_PATH_SQL.format(
+            t=table, w=float(weights.path), where=where, cand="{cand}", **columns
+        )
+        sql, bound = template, (path, match, *params)
     else:
-        sql = _TOP_SQL.format(t=table, where=where, **columns)
+        sql = _TOP_SQL.format(t=table, where=where, cand="{cand}", **columns)
         bound = (match, *params)
+
+    def ranked(
+        fetch: int, cand: str = "", cand_params: tuple[object, ...] = ()
+    ) -> list[LexicalHit]:
+        rows = conn.execute(
+            sql.format(cand=cand), (*bound, *cand_params, *[fetch] * limits)
+        ).fetchall()
+        return [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+
+    bounded = (
+        _Bounded.plan(
+            conn,
+            table,
+            clauses,
+            path,
+            float(weights.path),
+            match,
+            with_about,
+            covering=_covering(table, clauses, scope),
+            counts={} if counts is None else counts,
+        )
+        if len(clauses) > 1
+        else None
+    )
     fetch = limit + TIE_MARGIN
     while True:
-        rows = conn.execute(sql, (*bound, *[fetch] * limits)).fetchall()
-        hits = [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
+        hits = (bounded.rows(ranked, fetch) if bounded is not None else None) or ranked(fetch)
         if skip is not None and hits:
             skipped = skip(conn, [h.row_id for h in hits])
             kept = [h for h in hits if h.row_id not in skipped]
@@ -264,3 +315,190 @@ def top_hits(
         if len(kept) > limit and kept[-1].bm25 > kept[limit - 1].bm25:
             return kept[:limit]
         fetch *= 4
+
+
+# FTS5's bm25() constant k1 (fts5_aux.c, fts5Bm25Function): each phrase adds
+# idf × f·(k1 + 1) / (f + k1·(1 − b + b·D/avgdl)) to a row's score (negated), with f the
+# column-weighted count of the phrase in the row, so less than idf × (k1 + 1) whatever f,
+# the weights and the row's length; idf = log((N − n + 0.5) / (n + 0.5)), at least 1e-6.
+BM25_K1 = 1.2
+BM25_MIN_IDF = 1e-6
+# Relative slack on a bound, far above the rounding of FTS5's sums.
+_BOUND_SLACK = 1e-9
+# The bounded search is tried while its candidates (the rows of the essential clauses)
+# are at most this share of the table's rows, and only when the clauses' postings add up
+# to ``BOUND_MIN_POSTINGS`` or more: below that, scoring every match costs less than the
+# counts and the restricted runs (SciFact, 9k chunks, 15-word queries: 7.3 ms full
+# against 9.3 ms bounded, CPU time per query).
+_BOUND_SHARE = 0.5
+BOUND_MIN_POSTINGS = 20_000
+
+
+def _covering(table: str, clauses: Sequence[str], scope: Scope) -> frozenset[str]:
+    """The clauses one of which every row of ``scope`` holds: the phrase clauses (those
+    with a space) when the scope is the chunks holding every phrase (``chunks_fts``)."""
+    if table != FTS_TABLE or scope.phrases is None or not scope.holding:
+        return frozenset()
+    return frozenset(c for c in clauses if " " in c)
+
+
+def _varint(blob: bytes) -> int:
+    """SQLite's variable-length integer at the start of ``blob`` (FTS5 writes its own)."""
+    value = 0
+    for i, byte in enumerate(blob[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    raise ValueError("truncated varint")
+
+
+def fts_row_count(conn: sqlite3.Connection, table: str) -> int:
+    """The row count FTS5's bm25() uses (xRowCount): the first varint of the table's
+    averages record (``{table}_data`` row 1); 0 when there is none."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+    return _varint(bytes(row[0])) if row and row[0] else 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Clause:
+    match: str
+    hits: int  # rows holding it (FTS5's nHit for its idf)
+    upper: float  # more than it adds to any row's score
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounded:
+    """MaxScore over FTS5: the rows of an OR of clauses, sought first among those holding
+    the rarer ("essential") clauses, exactly as the full query ranks them.
+
+    A row holding none of the essential clauses scores (bm25() is negative, lower is
+    better) at least ``floor`` = −Σ upper bound of the other clauses + the best path
+    bonus; every about match is a candidate too, so no about bonus enters the floor.
+    The candidates are ranked by the very SQL of the full query (the same MATCH, so the
+    same idf, average length and float sums) restricted to them, and the result stands
+    when ``fetch`` of them score below the floor: no other row can reach the window.
+    Otherwise one wider split that must succeed (:meth:`rows`) is run, while the
+    candidates stay under ``_BOUND_SHARE`` of the rows; else the full query runs."""
+
+    table: str
+    clauses: tuple[_Clause, ...]  # rarest first
+    rows_total: int
+    path_min: float
+    about: str  # the about MATCH whose rows are always candidates ("" for none)
+    covering: frozenset[str]  # every row in scope holds one of these clauses
+
+    @classmethod
+    def plan(
+        cls,
+        conn: sqlite3.Connection,
+        table: str,
+        clauses: Sequence[str],
+        path: str,
+        path_weight: float,
+        match: str,
+        about: bool,
+        *,
+        covering: frozenset[str] = frozenset(),
+        counts: dict[tuple[str, str], int] | None = None,
+    ) -> _Bounded | None:
+        total = fts_row_count(conn, table)
+        if total <= 0:
+            return None
+        counts = {} if counts is None else counts
+        counted = []
+        for clause in clauses:
+            if (table, clause) not in counts:
+                counts[table, clause] = int(
+                    conn.execute(
+                        f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
+                    ).fetchone()[0]
+                )
+            hits = counts[table, clause]
+            idf = max(math.log((total - hits + 0.5) / (hits + 0.5)), BM25_MIN_IDF)
+            counted.append(_Clause(clause, hits, idf * (BM25_K1 + 1.0) * (1 + _BOUND_SLACK)))
+        if sum(c.hits for c in counted) < BOUND_MIN_POSTINGS:
+            return None
+        path_min = 0.0
+        if path:
+            best = conn.execute(
+                f"SELECT bm25({PATH_TABLE}) AS s FROM {PATH_TABLE} WHERE {PATH_TABLE} MATCH ? "
+                "ORDER BY s LIMIT 1",
+                (path,),
+            ).fetchone()
+            path_min = path_weight * float(best[0]) if best is not None else 0.0
+        return cls(
+            table,
+            tuple(sorted(counted, key=lambda c: (c.hits, c.match))),
+            total,
+            path_min,
+            match if about else "",
+            covering,
+        )
+
+    def rows(
+        self, ranked: Callable[[int, str, tuple[object, ...]], list[LexicalHit]], fetch: int
+    ) -> list[LexicalHit] | None:
+        """The best ``fetch`` rows as the full query returns them, or None when the
+        bounds cannot vouch for them (run the full query).
+
+        At most two restricted runs: the rarest clauses that may fill the window; if the
+        bound does not vouch for them, the last row's score ``worst`` tells which split
+        will: the best ``fetch`` rows of a wider set of candidates score at most
+        ``worst``, so the first split whose floor lies above ``worst`` succeeds."""
+        split = self._first_split(fetch)
+        if split is None:
+            return None
+        hits = ranked(fetch, *self._restrict(split))
+        if self._vouched(hits, fetch, split):
+            return hits
+        if len(hits) < fetch:
+            return None
+        worst = hits[-1].bm25
+        wider = next(
+            (s for s in range(split + 1, len(self.clauses)) if self._floor(s) > worst), None
+        )
+        if wider is None or self._candidates(wider) > _BOUND_SHARE * self.rows_total:
+            return None
+        hits = ranked(fetch, *self._restrict(wider))
+        return hits if self._vouched(hits, fetch, wider) else None
+
+    def _candidates(self, split: int) -> int:
+        """At most how many rows hold one of the first ``split`` clauses."""
+        return sum(c.hits for c in self.clauses[:split])
+
+    def _first_split(self, fetch: int) -> int | None:
+        for split in range(1, len(self.clauses)):
+            candidates = self._candidates(split)
+            if candidates > _BOUND_SHARE * self.rows_total:
+                return None
+            if candidates >= fetch or self.about:
+                return split
+        return None
+
+    def _floor(self, split: int) -> float:
+        """The least score a row holding none of the first ``split`` clauses (and no
+        about match) can have, less a slack."""
+        rest = self.clauses[split:]
+        floor = -math.fsum(c.upper for c in rest) + self.path_min * (1 + _BOUND_SLACK)
+        return floor - _BOUND_SLACK * (1.0 + abs(floor))
+
+    def _vouched(self, hits: list[LexicalHit], fetch: int, split: int) -> bool:
+        """Whether no row left out can reach the window: every row in scope was a
+        candidate (it holds a covering clause), or the window's last row scores below
+        the floor."""
+        if self.covering.intersection(c.match for c in self.clauses[:split]):
+            return True
+        return len(hits) == fetch and hits[-1].bm25 < self._floor(split)
+
+    def _restrict(self, split: int) -> tuple[str, tuple[object, ...]]:
+        """The SQL condition (and its values) that keeps the rows holding one of the
+        first ``split`` clauses, and every about match."""
+        essential = " OR ".join(c.match for c in self.clauses[:split])
+        t = self.table
+        held = f"+rowid IN (SELECT rowid FROM {t} WHERE {t} MATCH ?)"
+        if not self.about:
+            return f" AND {held}", (essential,)
+        about = f"+rowid IN (SELECT rowid FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ?)"
+        return f" AND ({held} OR {about})", (essential, self.about)

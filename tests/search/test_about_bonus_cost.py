@@ -85,7 +85,9 @@ def test_the_about_bonus_ranks_exactly_the_sum_of_bm25_values(db: Path, query: s
 
 @pytest.mark.parametrize("template", ["_TOP_ABOUT_SQL", "_TOP_ABOUT_WITH_PATH_SQL"])
 def test_no_plan_scans_the_about_matches_once_per_text_match(db: Path, template: str) -> None:
-    sql = getattr(fts, template).format(t=fts.FTS_TABLE, w=0.25, aw=0.5, where="", h=3.0, c=1.0)
+    sql = getattr(fts, template).format(
+        t=fts.FTS_TABLE, w=0.25, aw=0.5, where="", cand="", h=3.0, c=1.0
+    )
     params = ("x",) * sql.count("?")
     conn = open_index(db)
     try:
