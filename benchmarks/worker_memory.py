@@ -237,7 +237,8 @@ def embed_in_process(corpus: Path, threads: int) -> dict[str, Any]:
     from rifflux.embed.factory import make_embedder
     from rifflux.index.changes import batch_by_bytes
     from rifflux.index.messages import EmbedRequest
-    from rifflux.index.pipeline import batch_bytes_for, embed, read_works
+    from rifflux.index.pipeline import embed, read_works
+    from rifflux.index.planner import batch_bytes_for
     from rifflux.index.prepare import chunk_file, embedding_input
 
     settings = replace(Settings.from_env(), embedding_backend="onnx", onnx_threads=threads)

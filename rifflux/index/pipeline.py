@@ -60,7 +60,6 @@ from rifflux.index.changes import (
     Decision,
     FileWork,
     Tally,
-    batch_by_bytes,
     decide,
     decode_text,
     load_states,
@@ -77,6 +76,10 @@ from rifflux.index.messages import (
     JobStep,
     VectorsRequest,
 )
+from rifflux.index.planner import (
+    MAX_SKIPPED_KEPT,
+    stream_plan,
+)
 from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
 from rifflux.store import jobs
@@ -91,13 +94,6 @@ from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
 
 log = structlog.get_logger(__name__)
-
-# Bounded list of skipped files kept in a job row for status display.
-MAX_SKIPPED_KEPT = 200
-# A job is split into at least this many batches when it has enough text...
-MIN_BATCHES = 16
-# ...but no batch is made smaller than this (one ONNX call's worth of chunks).
-MIN_BATCH_BYTES = 16_000
 
 # Files per batch of a plan's embed-only batches (stored files that still lack vectors).
 EMBED_ONLY_BATCH_FILES = 64
@@ -219,16 +215,6 @@ def doomed_paths(conn: sqlite3.Connection, found: Survey) -> list[str]:
     )
 
 
-def batch_bytes_for(total_bytes: int, target_bytes: int) -> int:
-    """Batch size for a job: the target, smaller when needed to keep workers busy.
-
-    A small job split into only a few large batches would leave all but a few worker
-    processes idle; at least ``MIN_BATCHES`` batches (of at least ``MIN_BATCH_BYTES``)
-    spread it over every worker.
-    """
-    return max(MIN_BATCH_BYTES, min(target_bytes, total_bytes // MIN_BATCHES))
-
-
 def read_works(
     base_dir: Path,
     rel_paths: Sequence[str],
@@ -242,20 +228,26 @@ def read_works(
     A file whose realpath now lies outside ``bounds`` (realpaths, when given) or is on
     the deny list (it was swapped for a symlink after the scan, e.g. before a
     redelivered plan) counts as vanished and is not read.
+
+    Plain strings, not ``Path``: pathlib interns every path component it parses, so a
+    worker reading 100k files grew the interpreter's table of interned strings by their
+    names (a 1.9 MB resize at ~6k files).
     """
     works: list[FileWork] = []
     vanished: list[str] = []
+    base = os.fspath(base_dir)
     for rel_path in rel_paths:
-        path = Path(rel_path) if rel_path.startswith("/") else base_dir / rel_path
-        real_path = real(path)
+        path = rel_path if rel_path.startswith("/") else os.path.join(base, rel_path)
+        real_path = os.path.realpath(path)
         if (bounds is not None and not real_is_within(real_path, bounds)) or refused_secret(
             [real_path], allow=allow_secret_paths
         ):
             vanished.append(rel_path)
             continue
         try:
-            st = path.stat()
-            data = path.read_bytes()
+            st = os.stat(path)
+            with open(path, "rb") as fh:
+                data = fh.read()
         except OSError:
             vanished.append(rel_path)
             continue
@@ -305,12 +297,14 @@ def plan(
         base_dir = resolve_base_dir(conn, cfg)
         # A file swapped for a symlink out of bounds since the scan is not read.
         bounds = [real(p) for p in job.roots]
-        pending = jobs.pending_batches(conn, job_id)
-        chunked = jobs.batches_in(conn, job_id, "chunked")
-        for batch_no, paths in chunked:
+        # Batch by batch, a page of them read at a time: nothing holds every batch.
+        sent = 0
+        for batch_no, paths in jobs.iter_batches(conn, job_id, "chunked"):
             embed_request = _embed_request(conn, db_path, job_id, batch_no, paths, label)
             send_embed(embed_request)
-        for batch_no, paths in pending:
+            sent += 1
+        for batch_no, paths in jobs.iter_batches(conn, job_id, "pending"):
+            sent += 1
             allow = cfg.allow_secret_paths
             works, vanished = read_works(
                 base_dir, paths, cfg.max_file_bytes, bounds, allow_secret_paths=allow
@@ -325,8 +319,8 @@ def plan(
                     vanished=tuple(vanished),
                 )
             )
-        if pending or chunked:
-            return PlanOutcome(len(pending) + len(chunked))
+        if sent:
+            return PlanOutcome(sent)
     finally:
         conn.close()
     finalize(request)
@@ -334,7 +328,8 @@ def plan(
 
 
 def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, label: str) -> bool:
-    """Scan, diff and persist the job's batches; False if the job failed instead.
+    """Scan, diff and persist the job's batches, streamed (:mod:`rifflux.index.planner`);
+    False if the job failed instead.
 
     Besides the changed files, files that are stored but still lack vectors (an earlier
     job failed in its vector phase) get batches that start at the vector phase.
@@ -343,60 +338,54 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
     with transaction(conn):
         jobs.update_job(conn, job_id, state="running", started_at=time.time())
     try:
-        found = survey(conn, cfg, [Path(r) for r in job.roots], label=label, force=spec.force)
+        check_embedding_model(conn, label, force=spec.force)
+        base_dir = resolve_base_dir(conn, cfg)
+        found = stream_plan(
+            conn,
+            cfg,
+            job_id,
+            [Path(r) for r in job.roots],
+            base_dir,
+            force=spec.force,
+            prune_missing=spec.prune_missing,
+        )
     except RiffluxError as exc:
         _fail_job(conn, job_id, str(exc))
         return False
-    tally = found.tally
-    # Keep only what batching needs; the text is read again when sent.
-    changed = [FileWork(w.rel_path, w.mtime_ns, w.size_bytes, w.sha256, "") for w in found.works]
-    skipped = [{"path": s.rel_path, "reason": s.reason} for s in found.scan.skipped]
-    skipped += [{"path": d.rel_path, "reason": d.reason} for d in tally.skipped]
-    target = batch_bytes_for(sum(w.size_bytes for w in changed), cfg.batch_target_bytes)
-    batches = [[w.rel_path for w in b] for b in batch_by_bytes(changed, target)]
-    refresh_unchanged(conn, tally)
-    prune = doomed_paths(conn, found) if spec.prune_missing else []
-    rechunked = {w.rel_path for w in changed}
-    unembedded = [
-        p
-        for p in IndexReader(conn).paths_without_vectors()
-        if p not in rechunked and p not in prune
-    ]
+    unembedded = found.unembedded
     embed_batches = [
         unembedded[i : i + EMBED_ONLY_BATCH_FILES]
         for i in range(0, len(unembedded), EMBED_ONLY_BATCH_FILES)
     ]
-
     with transaction(conn):
         current = jobs.get_job(conn, job_id)
         if current is not None and not current.planned:
             # (Otherwise another delivery of this plan message got here first.)
-            jobs.add_batches(conn, job_id, batches)
-            jobs.add_batches(conn, job_id, embed_batches, first=len(batches), state="chunked")
+            jobs.add_batches(conn, job_id, embed_batches, first=found.batches, state="chunked")
             jobs.update_job(
                 conn,
                 job_id,
                 planned=True,
-                prune_paths=prune,
-                skipped=skipped[:MAX_SKIPPED_KEPT],
-                files_total=len(found.scan.files),
-                files_planned=len(changed) + len(unembedded),
+                prune_paths=found.prune,
+                skipped=found.skipped,
+                files_total=found.files,
+                files_planned=found.changed + len(unembedded),
                 files_written=len(unembedded),
-                batches_total=len(batches) + len(embed_batches),
+                batches_total=found.batches + len(embed_batches),
                 batches_written=len(embed_batches),
-                files_skipped=len(skipped) + tally.unchanged + len(tally.metadata),
+                files_skipped=found.skipped_count + found.unchanged + found.metadata,
             )
-            IndexWriter(conn).add_indexed_roots(found.scan.root_prefixes)
+            IndexWriter(conn).add_indexed_roots(found.root_prefixes)
     log.info(
         "job.planned",
         job_id=job_id,
-        files=len(found.scan.files),
-        batches=len(batches),
-        changed=len(changed),
-        unchanged=tally.unchanged,
-        metadata_only=len(tally.metadata),
-        skipped=len(skipped),
-        prune=len(prune),
+        files=found.files,
+        batches=found.batches,
+        changed=found.changed,
+        unchanged=found.unchanged,
+        metadata_only=found.metadata,
+        skipped=found.skipped_count,
+        prune=len(found.prune),
         unembedded=len(unembedded),
     )
     return True

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import heapq
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from rifflux.errors import RootNotFoundError, shorten
 from rifflux.index.allowed import real, real_is_within
@@ -155,42 +157,107 @@ def scan_roots(
 ) -> ScanResult:
     """List the indexable files under ``roots`` (files or directories), sorted by path;
     the index's own files (``index_files``) are never listed, nor (unless
-    ``allow_secret_paths``) the deny list's."""
+    ``allow_secret_paths``) the deny list's. :func:`iter_scan`, in a list."""
     result = ScanResult()
-    own = index_files or IndexFiles(frozenset(), ())
-    seen: dict[str, ScannedFile] = {}
-    contain = [real(r) for r in roots]
+    files = iter_scan(
+        roots,
+        base_dir=base_dir,
+        include_globs=include_globs,
+        exclude_globs=exclude_globs,
+        skipped=result.skipped,
+        index_files=index_files,
+        allow_secret_paths=allow_secret_paths,
+    )
+    result.root_prefixes = root_prefixes(roots, base_dir)
+    result.files = list(files)
+    return result
+
+
+def root_prefixes(roots: Sequence[Path], base_dir: Path) -> list[str]:
+    """The stored form of each root: pruning only ever touches files under these."""
+    return [to_rel_path(root, base_dir) for root in roots]
+
+
+class SkipSink(Protocol):
+    def append(self, skipped: SkippedFile, /) -> None: ...
+
+
+def iter_scan(
+    roots: Sequence[Path],
+    *,
+    base_dir: Path,
+    include_globs: Sequence[str],
+    exclude_globs: Sequence[str],
+    skipped: SkipSink,
+    index_files: IndexFiles | None = None,
+    allow_secret_paths: bool = False,
+) -> Iterator[ScannedFile]:
+    """The indexable files under ``roots``, lazily, sorted by stored path (each once);
+    every skip with a reason goes to ``skipped`` as the walk meets it.
+
+    Memory follows the depth of the tree and the size of one directory, never the
+    number of files: each root is walked in sorted path order (:func:`_walk_sorted`) and
+    the roots' streams are merged. Raises RootNotFoundError now, before anything is
+    yielded, if a root does not exist.
+    """
     for root in roots:
         if not os.path.lexists(root):
             raise RootNotFoundError(f"path to index does not exist: {root}")
-        root_rel = to_rel_path(root, base_dir)
-        result.root_prefixes.append(root_rel)
-        is_dir = os.path.isdir(root)
-        names = (os.path.abspath(root), real(root))
-        rule = refused_secret(names, is_dir=is_dir, allow=allow_secret_paths)
-        if rule is not None:
-            result.skipped.append(SkippedFile(root_rel, secret_reason(rule)))
-        elif is_dir:
-            walk = _Walk(
-                base_dir,
-                _glob_set(tuple(include_globs)),
-                _glob_set(tuple(exclude_globs)),
-                own,
-                _own_by_dir(own),
-                contain,
-                allow_secret_paths,
-            )
-            _walk_dir(root, walk, seen, result)
-        elif own.owns(root):
-            continue
-        elif any(glob_mismatch(name, include_globs, exclude_globs) for name in names):
-            result.skipped.append(SkippedFile(root_rel, GLOB_MISMATCH))
+    own = index_files or IndexFiles(frozenset(), ())
+    contain = [real(r) for r in roots]
+    walk = _Walk(
+        base_dir,
+        _glob_set(tuple(include_globs)),
+        _glob_set(tuple(exclude_globs)),
+        own,
+        _own_by_dir(own),
+        contain,
+        allow_secret_paths,
+    )
+    streams = [_scan_root(root, walk, include_globs, exclude_globs, skipped) for root in roots]
+    return _distinct(heapq.merge(*streams, key=_by_path))
+
+
+def _by_path(scanned: ScannedFile) -> str:
+    return scanned.rel_path
+
+
+def _distinct(files: Iterable[ScannedFile]) -> Iterator[ScannedFile]:
+    """The first of each run of equal paths (overlapping roots; ``heapq.merge`` is stable,
+    so the earlier root's file is kept)."""
+    last: str | None = None
+    for scanned in files:
+        if scanned.rel_path != last:
+            last = scanned.rel_path
+            yield scanned
+
+
+def _scan_root(
+    root: Path,
+    walk: _Walk,
+    include_globs: Sequence[str],
+    exclude_globs: Sequence[str],
+    skipped: SkipSink,
+) -> Iterator[ScannedFile]:
+    """One root's files, sorted by stored path."""
+    root_rel = to_rel_path(root, walk.base_dir)
+    is_dir = os.path.isdir(root)
+    names = (os.path.abspath(root), real(root))
+    rule = refused_secret(names, is_dir=is_dir, allow=walk.allow_secrets)
+    if rule is not None:
+        skipped.append(SkippedFile(root_rel, secret_reason(rule)))
+    elif is_dir:
+        yield from _walk_sorted(os.fspath(root), ".", walk, set(), skipped)
+    elif walk.own.owns(root):
+        return
+    elif any(glob_mismatch(name, include_globs, exclude_globs) for name in names):
+        skipped.append(SkippedFile(root_rel, GLOB_MISMATCH))
+    else:
+        found = _consider(functools.partial(os.stat, root), os.path.abspath(root), root_rel)
+        if isinstance(found, SkippedFile):
+            skipped.append(found)
         else:
-            _consider(
-                functools.partial(os.stat, root), os.path.abspath(root), root_rel, seen, result
-            )
-    result.files = sorted(seen.values(), key=lambda f: f.rel_path)
-    return result
+            yield found
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +272,7 @@ class _Walk:
     contain: Sequence[Path]
     allow_secrets: bool
 
-    def refuses_link(self, path: str, result: ScanResult, *, is_dir: bool) -> bool:
+    def refuses_link(self, path: str, skipped: SkipSink, *, is_dir: bool) -> bool:
         """True (and the link listed as skipped with the reason) for a symlink whose
         target lies out of bounds, is on the deny list, or is ruled out by the globs
         (judged by its path relative to the root holding it, and its name)."""
@@ -223,15 +290,15 @@ class _Walk:
                 reason = TARGET_GLOB_MISMATCH
         if reason is None:
             return False
-        result.skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), reason))
+        skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), reason))
         return True
 
-    def refuses_secret(self, path: str, rule: str | None, result: ScanResult) -> bool:
+    def refuses_secret(self, path: str, rule: str | None, skipped: SkipSink) -> bool:
         """True (and ``path`` listed as skipped) if a deny rule matched it."""
         if rule is None or self.allow_secrets:
             return False
         reason = secret_reason(rule)
-        result.skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), reason))
+        skipped.append(SkippedFile(to_rel_path(Path(path), self.base_dir), reason))
         return True
 
 
@@ -243,9 +310,21 @@ def _own_by_dir(own: IndexFiles) -> dict[str, frozenset[str]]:
     return {head: frozenset(names) for head, names in by_dir.items()}
 
 
-def _walk_dir(root: Path, walk: _Walk, seen: dict[str, ScannedFile], result: ScanResult) -> None:
-    """Depth first in sorted order, as ``os.walk(root, followlinks=True)`` with its
-    directory list sorted and filtered would go, with one ``os.scandir`` per directory.
+def _walk_sorted(
+    dirpath: str,
+    rel_dir: str,
+    walk: _Walk,
+    visited: set[tuple[int, int]],
+    skipped: SkipSink,
+) -> Iterator[ScannedFile]:
+    """The files under one directory, sorted by stored path, with one ``os.scandir`` per
+    directory.
+
+    A directory's entries are taken in the order of their stored paths (a file by its
+    name, a subdirectory by its name and "/", the prefix of everything under it), and a
+    subdirectory is walked where it falls in that order: the walk yields files already
+    sorted, holding one listing per level of depth, so a plan can merge it with the
+    files table as it goes.
 
     Per file, the directory entry answers "symlink?" without a syscall and one ``stat``
     gives mtime and size; the globs' directory part and the stored path prefix are
@@ -258,12 +337,11 @@ def _walk_dir(root: Path, walk: _Walk, seen: dict[str, ScannedFile], result: Sca
     # directories below a followed link are then inside too. The deny list's directory
     # rules are checked per directory on its name and its parent's (the root's whole
     # path was checked before the walk), its name rules per file.
-    visited: set[tuple[int, int]] = set()
-    stack: list[tuple[str, str]] = [(os.fspath(root), ".")]
-    while stack:
-        dirpath, rel_dir = stack.pop()
-        subdirs = _scan_dir(dirpath, rel_dir, walk, visited, seen, result)
-        stack.extend(reversed(subdirs))
+    for item in _scan_dir(dirpath, rel_dir, walk, visited, skipped):
+        if isinstance(item, ScannedFile):
+            yield item
+        else:
+            yield from _walk_sorted(item[0], item[1], walk, visited, skipped)
 
 
 def _scan_dir(
@@ -271,11 +349,10 @@ def _scan_dir(
     rel_dir: str,
     walk: _Walk,
     visited: set[tuple[int, int]],
-    seen: dict[str, ScannedFile],
-    result: ScanResult,
-) -> list[tuple[str, str]]:
-    """List one directory: consider its files, return its subdirectories to descend into
-    as (path, path relative to the root), sorted."""
+    skipped: SkipSink,
+) -> list[ScannedFile | tuple[str, str]]:
+    """List one directory: its files to index and its subdirectories to descend into (as
+    (path, path relative to the root)), in the order of their stored paths."""
     try:
         st = os.stat(dirpath)
     except OSError:
@@ -300,8 +377,8 @@ def _scan_dir(
         (dirs if is_dir else files).append(entry)
     include, exclude = walk.include, walk.exclude
     root_prefix = "" if rel_dir == "." else rel_dir + "/"
-    # Directories first, then files (the order os.walk gave the skipped list).
-    subdirs: list[tuple[str, str]] = []
+    # (sort key, item): a subdirectory sorts as its name and "/".
+    found: list[tuple[str, ScannedFile | tuple[str, str]]] = []
     # The parent's name as walked and as it really is (".config" for ".config/gcloud").
     parents = {os.path.basename(dirpath), os.path.basename(real_dir)}
     for entry in dirs:
@@ -309,13 +386,13 @@ def _scan_dir(
         if exclude.matches(rel_in_root):
             continue
         if entry.is_symlink():
-            if walk.refuses_link(entry.path, result, is_dir=True):
+            if walk.refuses_link(entry.path, skipped, is_dir=True):
                 continue
         else:
             rule = next(filter(None, (dir_rule([p, entry.name]) for p in parents)), None)
-            if walk.refuses_secret(entry.path, rule, result):
+            if walk.refuses_secret(entry.path, rule, skipped):
                 continue
-        subdirs.append((entry.path, rel_in_root))
+        found.append((entry.name + "/", (entry.path, rel_in_root)))
     dir_parts = [p for p in rel_dir.split("/") if p and p != "."]
     # The globs' per-component test only looks at the directories of a file's path.
     include_dir = include.component_matches(dir_parts)
@@ -331,35 +408,32 @@ def _scan_dir(
             continue
         if not (include_dir or include.matches_name(name, rel_in_root)):
             continue
-        if walk.refuses_secret(entry.path, name_rule(name), result):
+        if walk.refuses_secret(entry.path, name_rule(name), skipped):
             continue
         if entry.is_symlink():
             # A link resolves elsewhere: check its target, and that it stays in bounds.
-            if walk.own.owns(entry.path) or walk.refuses_link(entry.path, result, is_dir=False):
+            if walk.own.owns(entry.path) or walk.refuses_link(entry.path, skipped, is_dir=False):
                 continue
         elif name in own_here:
             continue
         # DirEntry.stat() reuses what scandir already read where it can.
-        _consider(entry.stat, abs_prefix + name, stored_prefix + name, seen, result)
-    return subdirs
+        scanned = _consider(entry.stat, abs_prefix + name, stored_prefix + name)
+        if isinstance(scanned, SkippedFile):
+            skipped.append(scanned)
+        else:
+            found.append((name, scanned))
+    found.sort(key=lambda pair: pair[0])
+    return [item for _, item in found]
 
 
 def _consider(
-    stat_of: Callable[[], os.stat_result],
-    abs_path: str,
-    rel_path: str,
-    seen: dict[str, ScannedFile],
-    result: ScanResult,
-) -> None:
-    """Record a regular file once; anything else is skipped with the reason."""
-    if rel_path in seen:
-        return
+    stat_of: Callable[[], os.stat_result], abs_path: str, rel_path: str
+) -> ScannedFile | SkippedFile:
+    """A regular file to index; anything else is skipped with the reason."""
     try:
         st = stat_of()
     except OSError as exc:
-        result.skipped.append(SkippedFile(rel_path, f"unreadable: {exc.strerror or exc}"))
-        return
+        return SkippedFile(rel_path, f"unreadable: {exc.strerror or exc}")
     if not stat.S_ISREG(st.st_mode):
-        result.skipped.append(SkippedFile(rel_path, "not a regular file"))
-        return
-    seen[rel_path] = ScannedFile(abs_path, rel_path, st.st_mtime_ns, st.st_size)
+        return SkippedFile(rel_path, "not a regular file")
+    return ScannedFile(abs_path, rel_path, st.st_mtime_ns, st.st_size)

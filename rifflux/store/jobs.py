@@ -17,7 +17,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +291,30 @@ def batches_in(conn: sqlite3.Connection, job_id: str, state: str) -> list[tuple[
         (job_id, state),
     ).fetchall()
     return [(int(row["batch_no"]), json.loads(row["files"])) for row in rows]
+
+
+def iter_batches(
+    conn: sqlite3.Connection, job_id: str, state: str, *, page: int = 8
+) -> Iterator[tuple[int, list[str]]]:
+    """:func:`batches_in`, lazily: ``page`` batches per read, so a plan sending a
+    100k-file job holds one page of paths, not all of them."""
+    after = -1
+    while True:
+        rows = conn.execute(
+            "SELECT batch_no, files FROM job_batches WHERE job_id = ? AND state = ? "
+            "AND batch_no > ? ORDER BY batch_no LIMIT ?",
+            (job_id, state, after, page),
+        ).fetchall()
+        for row in rows:
+            yield int(row["batch_no"]), json.loads(row["files"])
+        if len(rows) < page:
+            return
+        after = int(rows[-1]["batch_no"])
+
+
+def delete_batches(conn: sqlite3.Connection, job_id: str) -> None:
+    """Forget a job's batches (those of a plan that died before the job read planned)."""
+    conn.execute("DELETE FROM job_batches WHERE job_id = ?", (job_id,))
 
 
 def pending_batches(conn: sqlite3.Connection, job_id: str) -> list[tuple[int, list[str]]]:

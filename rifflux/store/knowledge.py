@@ -34,7 +34,7 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,45 @@ def write_file(conn: sqlite3.Connection, file_id: int, knowledge: FileKnowledge)
                 for e in knowledge.errors
             ],
         )
+
+
+# Stored files per read of :func:`file_states`.
+FILE_STATES_PAGE = 2_000
+
+
+def file_states(
+    conn: sqlite3.Connection, version: int, *, page: int = FILE_STATES_PAGE
+) -> Iterator[tuple[str, int, int, str, bool]]:
+    """(path, mtime_ns, size_bytes, sha256, stale) of every stored file, sorted by path,
+    lazily: ``stale`` when its knowledge row is missing or was built by another rule
+    version (:func:`stale_paths`).
+
+    Read a page of ``page`` rows at a time, each page its own short read from the
+    ``files(path)`` index after the last path of the previous one: a plan merges this
+    with its sorted scan, and holds neither every row nor a read transaction open while
+    it reads the changed files (0.3 s at 100k files, as one ``fetchall``).
+    """
+    knowledge = has_knowledge(conn)
+    sql = (
+        "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, k.version IS NOT ? FROM files f "
+        "LEFT JOIN file_knowledge k ON k.file_id = f.id "
+        if knowledge
+        else "SELECT path, mtime_ns, size_bytes, sha256, 1 FROM files f "
+    )
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    after: str | None = None
+    while True:
+        where, params = ("", ()) if after is None else ("WHERE f.path > ? ", (after,))
+        rows = cursor.execute(
+            sql + where + "ORDER BY f.path LIMIT ?",
+            ((version,) if knowledge else ()) + params + (page,),
+        ).fetchall()
+        for path, mtime_ns, size_bytes, sha256, stale in rows:
+            yield path, mtime_ns, size_bytes, sha256, bool(stale)
+        if len(rows) < page:
+            return
+        after = rows[-1][0]
 
 
 def stale_paths(conn: sqlite3.Connection, version: int) -> set[str]:

@@ -15,7 +15,7 @@ from rifflux_testing import (
 )
 
 from rifflux.embed.hashing import HashEmbedder
-from rifflux.index import pipeline
+from rifflux.index import pipeline, planner
 from rifflux.index.messages import (
     BatchFailure,
     ChunkRequest,
@@ -203,9 +203,9 @@ def test_prune_happens_at_finalize(tmp_path: Path) -> None:
 
 
 def test_small_jobs_are_split_to_keep_every_worker_busy() -> None:
-    assert pipeline.batch_bytes_for(10_000_000, 256_000) == 256_000
-    assert pipeline.batch_bytes_for(640_000, 256_000) == 40_000
-    assert pipeline.batch_bytes_for(50_000, 256_000) == pipeline.MIN_BATCH_BYTES
+    assert planner.batch_bytes_for(10_000_000, 256_000) == 256_000
+    assert planner.batch_bytes_for(640_000, 256_000) == 40_000
+    assert planner.batch_bytes_for(50_000, 256_000) == planner.MIN_BATCH_BYTES
 
 
 def test_a_cancelled_job_writes_nothing_more(tmp_path: Path) -> None:
