@@ -1,14 +1,15 @@
 """Full MCP ``reindex`` against the original Rifflux, alternated in one run: the ratio.
 
 The original (``../shared/peers``, installed with ``install-original.sh`` into
-``--original`` when missing) and ours (``--repo``, default this checkout, run with this
-virtualenv's Python) each index the same corpus (default awesome-copilot) with the hash
-embedder, in turns A B A B … for ``--rounds`` rounds. Every turn is a fresh server over
-stdio in a fresh directory with an empty index, driven by a real ``mcp`` client, and
-starts its own workers as it does by default (ours: a local pool on demand; the
-original: in its own process). Timed: the server's start (spawn to initialised session)
-and the ``reindex`` call (``{"path": corpus}``, waiting), separately. Prints each turn,
-the medians and the ratio original ÷ ours of the median ``reindex`` calls.
+``--original`` when missing) and ours (``--repo``, default this checkout, run with its
+``.venv`` Python, or this one's) each index the same corpus (default awesome-copilot)
+with the hash embedder, in turns A B A B … for ``--rounds`` rounds. Every turn is a
+fresh server over stdio in a fresh directory with an empty index, driven by a real
+``mcp`` client, and starts its own workers as it does by default (ours: a local pool on
+demand; the original: in its own process). Timed: the server's start (spawn to
+initialised session) and the ``reindex`` call (``{"path": corpus}``, waiting),
+separately. Prints each turn, the medians and the ratio original ÷ ours of the median
+``reindex`` calls.
 
     nice -n 10 .venv/bin/python benchmarks/original_ratio.py --rounds 3
 
@@ -57,7 +58,9 @@ def server(which: str, args: argparse.Namespace, work: Path) -> StdioServerParam
     )
     if which == "ours":
         env.update(PYTHONPATH=str(args.repo), RIFFLUX_ALLOWED_ROOTS=str(args.corpus))
-        command, argv = sys.executable, ["-m", "rifflux.mcp", "--transport", "stdio"]
+        python = args.repo / ".venv" / "bin" / "python"
+        command = str(python) if python.exists() else sys.executable
+        argv = ["-m", "rifflux.mcp", "--transport", "stdio"]
         cwd = args.repo
     else:
         command, argv = str(args.original_python), ["-m", "rifflux.mcp.server"]

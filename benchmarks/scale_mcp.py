@@ -20,10 +20,10 @@ stdio with a real ``mcp`` client session. Everything is measured through MCP too
 6. database bytes: the main file and its WAL as the run left them, then the main file
    after a ``wal_checkpoint(TRUNCATE)``; per chunk, and against the corpus text bytes.
 
-``--repo PATH`` runs another checkout's code (``PYTHONPATH``, working directory) with this
-virtualenv's Python: the "before" of a change. The embedder is the hash embedder unless
-``--backend onnx``. Prints the JSON report and markdown table rows; writes the JSON to
-``--out`` (default ``WORKDIR/scale-mcp-FILES.json``).
+``--repo PATH`` runs another checkout's code (``PYTHONPATH``, working directory) with its
+``.venv`` Python (this one's if it has none): the "before" of a change. The embedder is
+the hash embedder unless ``--backend onnx``. Prints the JSON report and markdown table
+rows; writes the JSON to ``--out`` (default ``WORKDIR/scale-mcp-FILES.json``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ from watch_first_edit import one_edit
 
 MODES = ("lexical", "semantic", "hybrid")
 SAMPLE_SECONDS = 0.5
+
+
+def repo_python(repo: Path) -> str:
+    """The checkout's own virtualenv Python when it has one (its dependencies), else this."""
+    python = repo / ".venv" / "bin" / "python"
+    return str(python) if python.exists() else sys.executable
 
 
 def subprocess_env(args: argparse.Namespace, db: Path) -> dict[str, str]:
@@ -112,7 +118,7 @@ class RssSampler(threading.Thread):
 
 def server_params(args: argparse.Namespace, env: dict[str, str], *extra: str) -> Any:
     return StdioServerParameters(
-        command=sys.executable,
+        command=repo_python(args.repo),
         args=["-m", "rifflux.mcp", "--transport", "stdio", *extra],
         env=env,
         cwd=str(args.repo),
@@ -277,7 +283,7 @@ def database_bytes(db: Path, chunks: int, text_bytes: int) -> dict[str, Any]:
 
 def start_worker(args: argparse.Namespace, env: dict[str, str], log: Path) -> subprocess.Popen:
     """``rifflux worker`` as the Procfile starts it, its output to ``log``."""
-    command = [sys.executable, "-c", "from rifflux.cli import main; main()", "worker"]
+    command = [repo_python(args.repo), "-c", "from rifflux.cli import main; main()", "worker"]
     if args.worker_processes:
         command += ["--processes", str(args.worker_processes)]
     with log.open("w") as out:
@@ -301,6 +307,7 @@ async def run(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[s
     env = subprocess_env(args, db)
     report: dict[str, Any] = {
         "repo": str(args.repo),
+        "python": repo_python(args.repo),
         "commit": subprocess.run(
             ["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"],
             capture_output=True,
