@@ -4,10 +4,10 @@ Processes as ``make run`` starts them (the Procfile): ``rifflux worker`` (one su
 pool, ``--worker-processes``, default the CPU count) beside the MCP server, here over
 stdio with a real ``mcp`` client session. Everything is measured through MCP tool calls:
 
-1. full index: ``reindex`` of the generated corpus on an empty index, from the call
-   (``background: true``) until ``index_status`` reads the job completed (polled every
-   0.5 s: a waiting call gives up after the server's limit, an hour, which a loaded
-   100k-file run can pass);
+1. full index: ``reindex`` of the generated corpus on an empty index, waiting (the
+   server waits an hour at most); ``--full-background``: ``background: true``, then
+   ``index_status`` every 0.5 s until the job ends (on main at accbdf8 that polling
+   crashed the server twice with SIGBUS in ``index_status``: BENCHMARKS.md);
 2. idle search latency: ``search_rifflux`` p50/p95/p99 per mode (lexical, semantic,
    hybrid; query cache off) over realistic queries lifted from the index
    (``scale_queries.py``: 2–6 words, rare, common and phrases);
@@ -74,6 +74,7 @@ def subprocess_env(args: argparse.Namespace, db: Path) -> dict[str, str]:
         RIFFLUX_BASE_DIR=str(args.workdir.resolve()),
         RIFFLUX_QUERY_CACHE_SIZE="0",
         RIFFLUX_LOG_LEVEL="WARNING",
+        PYTHONFAULTHANDLER="1",  # a crash's traceback lands in server.log / worker.log
     )
     if args.vector_index:
         env["RIFFLUX_VECTOR_INDEX"] = args.vector_index
@@ -344,9 +345,14 @@ async def run(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[s
                 session, ready = await open_session(stack, server_params(args, env), errlog)
                 report["server_ready_s"] = round(ready, 2)
                 report["worker_ready_s"] = round(await wait_for_workers(worker_log), 2)
-                report["full_index_s"], report["full_index_state"] = await full_index(
-                    session, corpus
-                )
+                if args.full_background:
+                    report["full_index_s"], report["full_index_state"] = await full_index(
+                        session, corpus
+                    )
+                else:
+                    t0 = time.perf_counter()
+                    await call(session, "reindex", {"path": str(corpus)})
+                    report["full_index_s"] = round(time.perf_counter() - t0, 1)
                 status = await call(session, "index_status", {})
                 report["chunks"] = status.get("chunks")
                 report["embeddings"] = status.get("embeddings")

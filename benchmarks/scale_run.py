@@ -219,6 +219,11 @@ def main() -> int:
     mcp.add_argument("--pause", type=float, default=1.0, help="seconds between edits")
     mcp.add_argument("--settle", type=float, default=0.0, help="seconds before the first edit")
     mcp.add_argument("--fresh-timeout", type=float, default=120.0, help="per edit")
+    mcp.add_argument(
+        "--full-background",
+        action="store_true",
+        help="full index as a background reindex polled with index_status (not waiting)",
+    )
     mcp.add_argument("--out", type=Path, help="JSON report (default WORKDIR/scale-mcp-N.json)")
     args = parser.parse_args()
     args.repo = args.repo.resolve()
