@@ -4,10 +4,10 @@ Generates the corpus with ``scale_corpus.py`` if ``WORKDIR/corpus`` is missing (
 ≈ 200k chunks by default) and indexes it in-process with the hash embedder if
 ``WORKDIR/index.db`` is missing, then times ``SearchService.search(mode="lexical")``
 (query cache off) over realistic queries lifted from the indexed chunks: runs of 2–6
-consecutive words, some quoted as phrases. Each query is labelled by the rarest of its
-terms: ``rare`` (a term in under 0.1% of chunks), ``common`` (every term in 1% or more)
-or ``mid``; ``phrase`` for the quoted ones. Reports p50/p95/p99 overall and per label,
-and the FTS5 segment count of ``chunks_fts``.
+consecutive words, some quoted as phrases (``scale_queries.py``). Each query is labelled
+by the rarest of its terms: ``rare`` (a term in under 0.1% of chunks), ``common`` (every
+term in 1% or more) or ``mid``; ``phrase`` for the quoted ones. Reports p50/p95/p99
+overall and per label, and the FTS5 segment count of ``chunks_fts``.
 
 ``--reference`` also times the same queries with every match scored
 (``LexicalOptions(bounded=False)``, the search before issue 22's bounds) and checks that
@@ -26,29 +26,25 @@ import argparse
 import json
 import os
 import platform
-import random
-import re
 import sqlite3
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from scale_corpus import generate
+from scale_queries import make_queries, percentiles
 
 import rifflux
 from rifflux.config import Settings
 from rifflux.errors import SearchTimeoutError
 from rifflux.index.indexer import Indexer
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
-from rifflux.search.query import query_terms
 from rifflux.search.service import SearchService
 from rifflux.store.segments import FTS5_TABLES, optimize, segment_count
 
 SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 REPO_SOURCE = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "awesome-copilot"
-WORD = re.compile(r"[A-Za-z]{2,}")
 
 
 def default_source() -> Path:
@@ -70,53 +66,6 @@ def build(workdir: Path, files: int, source: Path, settings: Settings) -> dict[s
         Indexer(settings).run([corpus])
         out["index_s"] = round(time.perf_counter() - started, 1)
     return out
-
-
-def document_frequency(conn: sqlite3.Connection, term: str, cache: dict[str, int]) -> int:
-    if term not in cache:
-        cache[term] = conn.execute(
-            "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{term}"',)
-        ).fetchone()[0]
-    return cache[term]
-
-
-def make_queries(conn: sqlite3.Connection, count: int, seed: int) -> list[tuple[str, str]]:
-    """(label, query): runs of 2–6 consecutive words of random chunks, 20% as phrases."""
-    rng = random.Random(seed)
-    total, top = conn.execute("SELECT count(*), max(id) FROM chunks").fetchone()
-    df: dict[str, int] = {}
-    queries: list[tuple[str, str]] = []
-    while len(queries) < count:
-        row = conn.execute(
-            "SELECT content FROM chunks WHERE id >= ? ORDER BY id LIMIT 1", (rng.randint(1, top),)
-        ).fetchone()
-        words = WORD.findall(row[0]) if row else []
-        n = rng.randint(2, 6)
-        if len(words) < n:
-            continue
-        start = rng.randrange(len(words) - n + 1)
-        text = " ".join(w.lower() for w in words[start : start + n])
-        if rng.random() < 0.2:
-            queries.append(("phrase", f'"{text}"'))
-            continue
-        rarest = min(document_frequency(conn, t, df) for t in query_terms(text))
-        label = "rare" if rarest < total / 1000 else "common" if rarest >= total / 100 else "mid"
-        queries.append((label, text))
-    return queries
-
-
-def percentiles(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 2),
-        "p95": at(0.95),
-        "p99": at(0.99),
-    }
 
 
 def measure(

@@ -118,11 +118,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"expected_files": expected_files(corpus)}
     server_log: IO[str] = (work / "server.log").open("w") if args.timeline else sys.stderr
     try:
+        spawned = time.perf_counter()
         async with (
             stdio_client(params, errlog=server_log) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
+            report["server_start_s"] = round(time.perf_counter() - spawned, 3)
             call = {"path": str(corpus), "background": args.background}
             # The server's start-up (imports, MCP handshake) is not part of the reindex.
             server_cpu_before = processes_cpu(db).get("server", 0.0) if args.timeline else 0.0
@@ -213,6 +215,9 @@ TIMELINE = (
     ("last batch embedded", "job.batch_embedded", "last"),
     ("first vectors written", "job.batch_vectors_written", "first"),
     ("last vectors written", "job.batch_vectors_written", "last"),
+    ("first vector cache publish", "vectors.published", "first"),
+    ("last vector cache publish", "vectors.published", "last"),
+    ("FTS5 optimized", "fts.optimized", "first"),
     ("job finished (finalize done)", "job.finished", "first"),
 )
 
@@ -225,6 +230,13 @@ def timeline(events: list[dict[str, Any]], started_at: float) -> dict[str, float
         times = sorted(e["t"] for e in events if e["event"] == event)
         at = (times[0] if which == "first" else times[-1]) if times else None
         out[label] = None if at is None else round(at - started_at, 3)
+    publishes = [e for e in events if e["event"] == "vectors.published"]
+    out["vector cache publishes"] = len(publishes)
+    out["publish s, all (sum of duration_ms)"] = round(
+        sum(float(e.get("duration_ms") or 0) for e in publishes) / 1000, 3
+    )
+    optimized = [e for e in events if e["event"] == "fts.optimized"]
+    out["FTS5 optimize s"] = sum(float(e.get("duration_s") or 0) for e in optimized) or None
     return out
 
 

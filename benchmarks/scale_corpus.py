@@ -5,8 +5,9 @@ words are drawn, with their real frequencies, from the vocabulary of a real corp
 (awesome-copilot by default: ~40k distinct words of technical English). Each file has a
 title, often a YAML front matter, and 3–8 sections (``##``, sometimes ``###``) of
 paragraphs, bullet and numbered lists, fenced code blocks (Python, Bash, JSON) and now
-and then a table. With the default chunk bounds a file averages ~10 chunks, so 100,000
-files make ~1M chunks (~0.9 GB of markdown).
+and then a table. One file in 500 is large: 40–80 sections (~40–80 KB), as a long
+guide or changelog is. With the default chunk bounds a file averages ~10 chunks, so
+100,000 files make ~1M chunks (~0.9 GB of markdown).
 
 The same ``(files, seed, vocabulary)`` always gives byte-identical files: every file is
 generated from its own ``random.Random(seed, index)``, so a file's text does not depend on
@@ -30,6 +31,10 @@ DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "a
 FILES_PER_FOLDER = 1_000
 WORD = re.compile(r"[A-Za-z][a-z]{1,15}")
 LANGUAGES = ("python", "bash", "json")
+# One file in LARGE_EVERY (those whose index is LARGE_EVERY // 2 past a multiple) has
+# LARGE_SECTIONS sections instead of 3–8.
+LARGE_EVERY = 500
+LARGE_SECTIONS = (40, 80)
 
 
 class Vocabulary:
@@ -107,13 +112,13 @@ def table(vocab: Vocabulary, rng: random.Random) -> str:
     )
 
 
-def document(vocab: Vocabulary, rng: random.Random) -> str:
+def document(vocab: Vocabulary, rng: random.Random, large: bool = False) -> str:
     title = " ".join(w.capitalize() for w in vocab.words_for(rng, rng.randint(2, 6)))
     parts = []
     if rng.random() < 0.4:
         parts.append(f"---\ndescription: '{sentence(vocab, rng)}'\napplyTo: '**/*.md'\n---")
     parts += [f"# {title}", paragraph(vocab, rng)]
-    for _ in range(rng.randint(3, 8)):
+    for _ in range(rng.randint(*LARGE_SECTIONS) if large else rng.randint(3, 8)):
         parts.append("## " + " ".join(w.capitalize() for w in vocab.words_for(rng, 3)))
         for _ in range(rng.randint(1, 4)):
             roll = rng.random()
@@ -143,7 +148,8 @@ def generate(dest: Path, files: int, seed: int = 13, source: Path = DEFAULT_SOUR
         path = file_path(dest, index)
         if index % FILES_PER_FOLDER == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
-        text = document(vocab, random.Random(f"{seed}:{index}"))
+        large = index % LARGE_EVERY == LARGE_EVERY // 2
+        text = document(vocab, random.Random(f"{seed}:{index}"), large)
         path.write_text(text, encoding="utf-8")
         written += len(text.encode("utf-8"))
     return written

@@ -1,7 +1,19 @@
-"""A scale run through the real queue with the hash embedder, on a generated corpus.
+"""A scale run on a generated corpus: through the real MCP server (``--mcp``), or the queue.
 
-Generates ``--files`` markdown files with ``scale_corpus.py`` (deterministic), boots a
-local worker pool (``--processes``, as ``rifflux index`` would), then measures:
+``--mcp`` (the issue-22 benchmark, ``scale_mcp.py``): the server and ``rifflux worker``
+as ``make run`` starts them, a real MCP client over stdio; full index via ``reindex``,
+search p50/p95/p99 per mode idle and during a reindex of 1,000 changed files, one-edit
+freshness with the watcher on, peak RSS per process, database bytes per chunk. One
+command per size; ``--repo PATH`` runs another checkout (the "before"):
+
+    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 10000 --workdir W
+    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 100000 --workdir W
+    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 10000 --workdir W \
+        --repo /work/main
+
+Without ``--mcp``, in-process: generates ``--files`` markdown files with
+``scale_corpus.py`` (deterministic), boots a local worker pool (``--processes``, as
+``rifflux index`` would), then measures:
 
 - the full index job (submit → completed), files/s, and each phase's span from the
   workers' log (plan; chunk and write rows; embed and write vectors; finalize);
@@ -35,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from scale_corpus import Vocabulary, generate
+from scale_mcp import main_mcp
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
@@ -42,6 +55,7 @@ from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def children(pid: int) -> list[int]:
@@ -152,6 +166,32 @@ def search_p50(settings: Settings, vocab: Vocabulary) -> dict[str, float]:
     return out
 
 
+def run_mcp(args: argparse.Namespace, corpus: Path, index_dir: Path) -> int:
+    """The corpus generated afresh when a run edited it, then ``scale_mcp.main_mcp``."""
+    edited = args.workdir / f"corpus-{args.files}.edited"
+    if edited.exists():
+        shutil.rmtree(corpus, ignore_errors=True)
+        edited.unlink()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        if not corpus.is_dir():
+            started = time.perf_counter()
+            size = generate(corpus, args.files, source=args.source)
+            print(
+                f"generated {args.files} files, {size / 1e6:.1f} MB in "
+                f"{time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+            )
+        edited.touch()  # the run edits files and adds some: the next run regenerates
+        main_mcp(args, corpus, index_dir)
+    finally:
+        if not args.keep:
+            shutil.rmtree(corpus, ignore_errors=True)
+            shutil.rmtree(index_dir, ignore_errors=True)
+            edited.unlink(missing_ok=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=100_000)
@@ -166,10 +206,33 @@ def main() -> int:
         help="RIFFLUX_VECTOR_INDEX for the workers (default: the environment's). exact "
         "builds no HNSW graph: at 1M rows a graph build costs ~1.1 ms of CPU per row",
     )
+    mcp = parser.add_argument_group("--mcp", "the benchmark through the MCP server")
+    mcp.add_argument("--mcp", action="store_true", help="run it through the MCP server")
+    mcp.add_argument("--repo", type=Path, default=REPO, help="the checkout to run (default: this)")
+    mcp.add_argument("--backend", default="hash", choices=("hash", "onnx"))
+    mcp.add_argument("--worker-processes", type=int, help="rifflux worker (default: CPU count)")
+    mcp.add_argument("--queries", type=int, default=300, help="realistic queries per mode")
+    mcp.add_argument("--rounds", type=int, default=1, help="passes over the queries, idle")
+    mcp.add_argument("--seed", type=int, default=22, help="of the queries")
+    mcp.add_argument("--edits", type=int, default=1000, help="files changed for the busy run")
+    mcp.add_argument("--fresh-rounds", type=int, default=5, help="edits after the first")
+    mcp.add_argument("--pause", type=float, default=1.0, help="seconds between edits")
+    mcp.add_argument("--settle", type=float, default=0.0, help="seconds before the first edit")
+    mcp.add_argument("--fresh-timeout", type=float, default=120.0, help="per edit")
+    mcp.add_argument(
+        "--full-background",
+        action="store_true",
+        help="full index as a background reindex polled with index_status (not waiting)",
+    )
+    mcp.add_argument("--out", type=Path, help="JSON report (default WORKDIR/scale-mcp-N.json)")
     args = parser.parse_args()
+    args.repo = args.repo.resolve()
+    args.workdir = args.workdir.resolve()
     corpus = args.workdir / f"corpus-{args.files}"
     index_dir = args.workdir / f"index-{args.files}"
     shutil.rmtree(index_dir, ignore_errors=True)
+    if args.mcp:
+        return run_mcp(args, corpus, index_dir)
     report: dict[str, Any] = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "files": args.files,
