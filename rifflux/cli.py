@@ -509,6 +509,12 @@ def _cache_line(cache: dict[str, Any]) -> str:
         )
     if "reason" in cache:
         line += f" ({cache['reason']})"
+    searched = cache.get("segment_search") or []
+    if searched:
+        exact = sorted({str(s["reason"]) for s in searched if s["search"] == "exact"})
+        line += f"; {cache['approximate_segments']} searched by HNSW graph"
+        if exact:
+            line += f", exact: {'; '.join(exact)}"
     return line
 
 

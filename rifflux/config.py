@@ -173,7 +173,8 @@ class Settings:
     # Semantic search over the vector cache: "exact" scans every row; "hnsw" gives every
     # segment an HNSW graph whose candidates are rescored exactly; "auto" gives one to
     # segments of >= 200k rows (rifflux.vectors.hnsw). A reader set to "exact" ignores
-    # graphs, so RIFFLUX_VECTOR_INDEX=exact turns approximate search off.
+    # graphs, so RIFFLUX_VECTOR_INDEX=exact turns approximate search off. In every mode a
+    # graph whose recall@10, measured when it is built, is below 0.95 is not used.
     vector_index: str = "auto"
     # HNSW search breadth (candidates a graph search keeps). CFS-012 uses 50; 200 is what
     # reached recall@10 >= 0.98 on 1M clustered rows (rifflux.vectors.hnsw.DEFAULT_EF).

@@ -55,7 +55,7 @@ import structlog
 
 from rifflux.store.connection import transaction
 from rifflux.store.reader import IndexReader, get_metadata
-from rifflux.vectors.hnsw import DEFAULT_EF
+from rifflux.vectors.hnsw import DEFAULT_EF, search_verdict
 from rifflux.vectors.publish import (
     INDEX_UID_KEY,
     index_head,
@@ -229,6 +229,7 @@ class VectorCache:
     """
 
     def __init__(self, *, vector_index: str = "auto", hnsw_ef: int = DEFAULT_EF) -> None:
+        self._mode = vector_index
         self._ef: int | None = None if vector_index == "exact" else hnsw_ef
         self._view: CacheView | None = None
         # (manifest stat key, reason) of the last manifest found corrupt.
@@ -375,6 +376,8 @@ class VectorCache:
         Verifies the cache as a search would (checksums, rows against the database), so
         ``state`` is ``corrupt``, with a ``reason``, exactly when searches refuse it;
         ``thorough`` compares full row identities (``rifflux status --check``).
+        ``segment_search`` (with a manifest): per segment, how this reader searches it
+        (:func:`segment_search`); ``approximate_segments``: how many by their graph.
         """
         generation, uid = _index_state(conn)
         model = get_metadata(conn, "embedding_model")
@@ -389,7 +392,7 @@ class VectorCache:
             ):
                 self._check_rows(conn, view, thorough=thorough)
         except CacheCorrupt as exc:
-            return _corrupt_status(directory, generation, str(exc))
+            return _corrupt_status(directory, generation, str(exc), self._mode)
         manifest = view.manifest if view is not None else None
         if manifest is None or manifest.index_uid != uid or manifest.model != model:
             memory = self._memory
@@ -417,11 +420,30 @@ class VectorCache:
         status: dict[str, Any] = {"state": state}
         if reason is not None:
             status["reason"] = reason
-        status.update(_manifest_status(manifest, generation, directory))
+        status.update(_manifest_status(manifest, generation, directory, self._mode))
         return status
 
 
-def _corrupt_status(directory: Path, generation: int, reason: str) -> dict[str, Any]:
+def segment_search(manifest: Manifest, mode: str) -> list[dict[str, Any]]:
+    """Per segment of ``manifest``: ``{id, rows (live), search: "hnsw" | "exact",
+    reason (why not "hnsw", else None), recall (its graph's measured recall@10, or
+    None)}`` as a reader under ``RIFFLUX_VECTOR_INDEX=mode`` searches it."""
+    out = []
+    for ref in manifest.segments:
+        search, reason = search_verdict(mode, ref.rows, ref.hnsw is not None, ref.hnsw_recall)
+        out.append(
+            {
+                "id": ref.id,
+                "rows": ref.rows - ref.dead_rows,
+                "search": search,
+                "reason": reason,
+                "recall": ref.hnsw_recall,
+            }
+        )
+    return out
+
+
+def _corrupt_status(directory: Path, generation: int, reason: str, mode: str) -> dict[str, Any]:
     status: dict[str, Any] = {"state": "corrupt", "reason": reason}
     try:
         found = read_manifest(directory)
@@ -430,11 +452,14 @@ def _corrupt_status(directory: Path, generation: int, reason: str) -> dict[str, 
     if found is None:
         status.update(generation=None, index_generation=generation, path=str(directory))
     else:
-        status.update(_manifest_status(found[0], generation, directory))
+        status.update(_manifest_status(found[0], generation, directory, mode))
     return status
 
 
-def _manifest_status(manifest: Manifest, generation: int, directory: Path) -> dict[str, Any]:
+def _manifest_status(
+    manifest: Manifest, generation: int, directory: Path, mode: str
+) -> dict[str, Any]:
+    searched = segment_search(manifest, mode)
     return {
         "generation": manifest.generation,
         "index_generation": generation,
@@ -444,6 +469,8 @@ def _manifest_status(manifest: Manifest, generation: int, directory: Path) -> di
         "source": manifest.source,
         "dim": manifest.dim,
         "path": str(directory),
+        "approximate_segments": sum(1 for s in searched if s["search"] == "hnsw"),
+        "segment_search": searched,
     }
 
 

@@ -93,12 +93,14 @@ from rifflux.vectors.segments import (
     META_PATH,
     META_ROWID,
     TMP_PREFIX,
+    CacheCorrupt,
     CacheUnusable,
     Manifest,
     Segment,
     SegmentRef,
     StatKey,
     attach_hnsw,
+    check_hnsw,
     files_as_published,
     format_is_current,
     live_column,
@@ -289,7 +291,9 @@ def publish(
     ``vector_index`` (auto, exact, hnsw; default the :class:`Settings` default; callers
     pass their settings' or their job's) decides which
     segments get an HNSW graph (:func:`~rifflux.vectors.hnsw.wants_graph`); a segment
-    kept from an earlier publish gets its graph too if it lacks one.
+    kept from an earlier publish gets its graph too if it lacks one. Every graph checks
+    its recall when built and is refused below ``RECALL_FLOOR`` (:mod:`rifflux.vectors.
+    hnsw`); an unchecked graph from an older publisher is measured, not rebuilt.
     Returns None only when ``blocking`` is False and another publisher holds the lock.
     """
     mode = vector_index or Settings().vector_index
@@ -411,7 +415,8 @@ class Publish:
     2. in one read transaction, :meth:`unchanged` (the cache already is the database's
        generation: nothing to write) or :meth:`read_rows` (rows, plan, missing vectors);
     3. :meth:`write_segments`: new tombstones of kept segments, then the new segment;
-    4. :meth:`attach_graphs`: an HNSW graph for each segment the mode wants one for;
+    4. :meth:`attach_graphs`: an HNSW graph for each segment the mode wants one for,
+       its recall measured and the graph refused below ``RECALL_FLOOR``;
     5. :meth:`write_manifest`, then :meth:`collect_garbage` of files neither the new nor
        the previous manifest names, then :meth:`report`.
     """
@@ -552,11 +557,22 @@ class Publish:
         return kept
 
     def attach_graphs(self, kept: list[tuple[SegmentRef, np.ndarray]]) -> list[SegmentRef]:
-        """The refs of ``kept``, each with the HNSW graph the mode wants it to have."""
-        return [
-            attach_hnsw(self.directory, ref, rows) if _graphs_missing((ref,), self.mode) else ref
-            for ref, rows in kept
-        ]
+        """The refs of ``kept``, each with the HNSW graph the mode wants it to have, its
+        recall measured: built (and refused below the floor) where it has none, measured
+        where an older publisher left one unchecked."""
+        refs = []
+        for ref, rows in kept:
+            if _graphs_missing((ref,), self.mode):
+                if ref.hnsw is not None:
+                    try:
+                        ref = check_hnsw(self.directory, ref, rows)
+                    except CacheCorrupt as exc:
+                        log.warning("vectors.hnsw_damaged", segment=ref.id, error=str(exc))
+                        ref = attach_hnsw(self.directory, ref, rows)
+                else:
+                    ref = attach_hnsw(self.directory, ref, rows)
+            refs.append(ref)
+        return refs
 
     def write_manifest(self, db: DbRows, refs: list[SegmentRef]) -> Manifest:
         """Write the manifest naming ``refs``: the moment the new generation is published."""
@@ -618,8 +634,10 @@ class Publish:
 
 
 def _graphs_missing(refs: tuple[SegmentRef, ...], mode: str) -> bool:
-    """Does a segment lack the HNSW graph ``mode`` wants it to have?"""
-    return any(ref.hnsw is None and wants_graph(mode, ref.rows) for ref in refs)
+    """Does a segment lack the measured HNSW graph ``mode`` wants it to have? (No graph
+    and no recall, or an unchecked graph; a refused graph's recall is kept: its rows are
+    immutable, so rebuilding it would measure the same.)"""
+    return any(ref.hnsw_recall is None and wants_graph(mode, ref.rows) for ref in refs)
 
 
 @dataclass(slots=True)

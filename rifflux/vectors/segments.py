@@ -23,8 +23,15 @@ The manifest (``current.json``)::
     {"format": 3, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
      "source": "finalize", "published_at": 1700000000.0, "rows": 1234,
      "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
-                   "hnsw": "<file>" | null, "sha256": {"<file>": "<hex digest>", ...}}],
+                   "hnsw": "<file>" | null, "hnsw_recall": 0.991 | null,
+                   "sha256": {"<file>": "<hex digest>", ...}}],
      "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null}
+
+``hnsw_recall`` is the recall@10 its graph measured when it was built
+(:func:`rifflux.vectors.hnsw.measure_recall`): a segment with ``"hnsw": null`` and a
+recall had its graph refused (below ``RECALL_FLOOR``: scanned exactly, not built again);
+a graph without one (a manifest written before the check; the key is optional, so those
+still load in format 3) is unchecked and not searched until a publish measures it.
 
 ``generation`` is the index generation whose rows the manifest holds exactly;
 ``index_uid`` ties it to one database (a rebuilt database starts over at generation 0).
@@ -73,14 +80,21 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import structlog
 
 from rifflux.vectors.hnsw import (
+    DEFAULT_EF,
     Graph,
     build_graph,
     graph_name,
+    measure_recall,
     open_graph,
+    recall_passes,
+    save_graph,
 )
 from rifflux.vectors.quantize import inverse_norms, quantize_rows, squared_norms
+
+log = structlog.get_logger(__name__)
 
 MANIFEST_NAME = "current.json"
 LOCK_NAME = "publish.lock"
@@ -178,6 +192,9 @@ class SegmentRef:
     sha256: tuple[tuple[str, str], ...] = ()
     # The segment's HNSW graph file, if it has one (format 3).
     hnsw: str | None = None
+    # The recall@10 its graph measured when built; None: never measured (no graph, or
+    # an unchecked one). A recall with no ``hnsw`` file: the graph was refused.
+    hnsw_recall: float | None = None
 
     def files(self) -> tuple[str, ...]:
         return (
@@ -188,13 +205,26 @@ class SegmentRef:
 
     def with_dead(self, name: str, digest: str, rows: int) -> SegmentRef:
         kept = tuple((f, d) for f, d in self.sha256 if f != self.dead)
-        return SegmentRef(self.id, self.rows, name, rows, (*kept, (name, digest)), self.hnsw)
+        return SegmentRef(
+            self.id, self.rows, name, rows, (*kept, (name, digest)), self.hnsw, self.hnsw_recall
+        )
 
-    def with_hnsw(self, name: str, digest: str) -> SegmentRef:
+    def with_hnsw(self, name: str, digest: str, recall: float) -> SegmentRef:
+        """The ref naming graph ``name`` that measured ``recall``."""
         kept = tuple((f, d) for f, d in self.sha256 if f != self.hnsw)
         return SegmentRef(
-            self.id, self.rows, self.dead, self.dead_rows, (*kept, (name, digest)), name
+            self.id, self.rows, self.dead, self.dead_rows, (*kept, (name, digest)), name, recall
         )
+
+    def with_refused_graph(self, recall: float) -> SegmentRef:
+        """The ref without a graph, recording the recall that refused it."""
+        kept = tuple((f, d) for f, d in self.sha256 if f != self.hnsw)
+        return SegmentRef(self.id, self.rows, self.dead, self.dead_rows, kept, None, recall)
+
+    @property
+    def graph_usable(self) -> bool:
+        """Has the segment a graph whose measured recall lets readers search it?"""
+        return self.hnsw is not None and recall_passes(self.hnsw_recall)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +275,7 @@ class Manifest:
                     "dead": s.dead,
                     "dead_rows": s.dead_rows,
                     "hnsw": s.hnsw,
+                    "hnsw_recall": s.hnsw_recall,
                     "sha256": dict(s.sha256),
                 }
                 for s in self.segments
@@ -276,6 +307,7 @@ class Manifest:
                         if fmt >= 2
                         else (),
                         s.get("hnsw"),
+                        _optional_float(s.get("hnsw_recall")),
                     )
                     for s in data["segments"]
                 ),
@@ -289,6 +321,10 @@ class Manifest:
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CacheCorrupt(f"the manifest is malformed: {exc!r}") from None
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _as_stat_key(value: Any) -> StatKey:
@@ -376,16 +412,26 @@ class _HashingWriter:
         return self._fh.write(data)
 
 
-def attach_hnsw(directory: Path, ref: SegmentRef, vectors: np.ndarray) -> SegmentRef:
-    """Build and write the HNSW graph of a segment's int8 rows; the ref that names it.
+def attach_hnsw(
+    directory: Path, ref: SegmentRef, vectors: np.ndarray, ef: int | None = None
+) -> SegmentRef:
+    """Build the HNSW graph of a segment's int8 rows and measure its recall at ``ef``
+    (default the readers' ``DEFAULT_EF``)
+    with :func:`~rifflux.vectors.hnsw.measure_recall`; the ref that names it, or, below
+    ``RECALL_FLOOR``, the ref that records the refused recall (nothing written).
 
     Written like every cache file: a temporary file, fsync, os.replace, sha256 in the
     manifest (hashed by a second read: usearch writes the file itself).
     """
+    index = build_graph(vectors)
+    recall = measure_recall(index, vectors, ef)
+    if not recall_passes(recall):
+        log.warning("vectors.hnsw_refused", segment=ref.id, rows=ref.rows, recall=recall)
+        return ref.with_refused_graph(recall)
     name = graph_name(ref.id)
     tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(6)}-{name}"
     try:
-        build_graph(vectors, tmp)
+        save_graph(index, tmp)
         with tmp.open("rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
             os.fsync(fh.fileno())
@@ -393,7 +439,31 @@ def attach_hnsw(directory: Path, ref: SegmentRef, vectors: np.ndarray) -> Segmen
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return ref.with_hnsw(name, digest)
+    return ref.with_hnsw(name, digest, recall)
+
+
+def check_hnsw(
+    directory: Path, ref: SegmentRef, vectors: np.ndarray, ef: int | None = None
+) -> SegmentRef:
+    """Measure the unchecked graph ``ref`` names (a manifest from before recall checks)
+    without rebuilding it: the ref recording its recall, or refusing it.
+
+    Raises CacheCorrupt if the graph file does not match its checksum or its rows.
+    """
+    assert ref.hnsw is not None
+    digest = dict(ref.sha256).get(ref.hnsw)
+    if digest is None:
+        raise CacheCorrupt(f"the manifest has no checksum for {ref.hnsw}")
+    verify_file(directory / ref.hnsw, digest)
+    try:
+        graph = open_graph(directory / ref.hnsw, ref.rows, DEFAULT_EF if ef is None else ef)
+        recall = graph.recall(vectors)
+    except (ValueError, RuntimeError) as exc:
+        raise CacheCorrupt(f"{ref.hnsw} is unreadable: {exc}") from None
+    if not recall_passes(recall):
+        log.warning("vectors.hnsw_refused", segment=ref.id, rows=ref.rows, recall=recall)
+        return ref.with_refused_graph(recall)
+    return ref.with_hnsw(ref.hnsw, digest, recall)
 
 
 def _write_atomically(directory: Path, name: str, write: Any) -> str:
@@ -536,8 +606,10 @@ def load_segment(
 ) -> Segment:
     """Verify, then memory-map one segment of a manifest of format ``fmt``.
 
-    ``ef``: also verify and map the segment's HNSW graph, if it has one, searching it
-    with that breadth; None ignores the graph (exact scans; what publishers use).
+    ``ef``: also verify and map the segment's HNSW graph, if it has one whose measured
+    recall passes (:attr:`SegmentRef.graph_usable`), searching it with that breadth;
+    None ignores the graph (exact scans). An unchecked or refused graph is ignored too:
+    neither verified nor mapped.
 
     Rows of a format before INT8_FORMAT (float32, no squared norms) are quantized into
     memory, so an outdated cache scores exactly as its republished successor will.
@@ -548,7 +620,7 @@ def load_segment(
     digests = dict(ref.sha256)
     stamps: list[tuple[str, StatKey]] = []
     for name in ref.files() if digests else ():
-        if name == ref.hnsw and ef is None:
+        if name == ref.hnsw and (ef is None or not ref.graph_usable):
             continue
         if name not in digests:
             raise CacheCorrupt(f"the manifest has no checksum for {name}")
@@ -575,7 +647,7 @@ def load_segment(
         if dead.shape[0] and (dead.min() < 0 or dead.max() >= ref.rows):
             raise CacheCorrupt(f"{ref.dead} names rows outside the segment")
     graph = None
-    if ref.hnsw and ef is not None:
+    if ref.hnsw and ef is not None and ref.graph_usable:
         try:
             graph = open_graph(directory / ref.hnsw, ref.rows, ef)
         except (ValueError, RuntimeError) as exc:

@@ -183,4 +183,5 @@ def test_status_json_is_the_core_status_object_and_the_text_renders_it(
     assert shown == json.loads(json.dumps(expected))
     assert f"files: {expected['files']}" in text
     assert f"vector cache: fresh, generation {expected['generation']}" in text
+    assert "; 0 searched by HNSW graph, exact: below HNSW_MIN_ROWS (200000)" in text
     assert "live workers: 0" in text and "watcher: not running" in text

@@ -4,6 +4,7 @@ like every cache file."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,11 +17,13 @@ from rifflux.errors import ConfigError
 from rifflux.index.indexer import Indexer
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
+from rifflux.vectors import hnsw
 from rifflux.vectors.cache import open_view
 from rifflux.vectors.publish import publish
 from rifflux.vectors.quantize import quantize_query, quantize_rows, scalar_cosine
 from rifflux.vectors.scan import search_segments
 from rifflux.vectors.segments import (
+    MANIFEST_NAME,
     attach_hnsw,
     load_segment,
     read_manifest,
@@ -181,3 +184,120 @@ def test_vector_index_settings_are_checked_with_one_line_errors() -> None:
         Settings.from_env({"RIFFLUX_VECTOR_INDEX": "fast"})
     with pytest.raises(ConfigError, match=r"RIFFLUX_HNSW_EF='0'"):
         Settings.from_env({"RIFFLUX_HNSW_EF": "0"})
+
+
+# -- recall measured where it is used (issue 22) ---------------------------------------
+
+
+@pytest.fixture
+def weak_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sparse, cheap graphs searched narrowly: random rows then fall well short of the
+    recall floor (~0.6 at 2,000 rows) while clustered rows still pass (~1.0)."""
+    monkeypatch.setattr(hnsw, "CONNECTIVITY", 8)
+    monkeypatch.setattr(hnsw, "EXPANSION_ADD", 32)
+    monkeypatch.setattr(hnsw, "DEFAULT_EF", 50)
+
+
+def structureless(rows: int = 2000, seed: int = 5) -> np.ndarray:
+    return quantize_rows(np.random.default_rng(seed).standard_normal((rows, DIM)))
+
+
+@pytest.mark.usefixtures("weak_graphs")
+def test_a_graph_on_structureless_rows_is_refused_and_one_on_clustered_rows_is_used(
+    tmp_path: Path,
+) -> None:
+    refs = {}
+    for name, vectors in (("random", structureless()), ("clustered", clustered()[0][:2000])):
+        n = vectors.shape[0]
+        ids = np.arange(n, dtype=np.int64)
+        ref = write_segment(tmp_path, 1, vectors, ids, ids, [f"d{i:05d}.md" for i in ids], ids)
+        refs[name] = attach_hnsw(tmp_path, ref, vectors)
+
+    refused, kept = refs["random"], refs["clustered"]
+    assert refused.hnsw is None and refused.hnsw_recall is not None
+    assert refused.hnsw_recall < hnsw.RECALL_FLOOR
+    assert not list(tmp_path.glob(f"{refused.id}*.usearch")), "a refused graph is not written"
+    assert kept.hnsw and kept.hnsw_recall is not None and kept.hnsw_recall >= hnsw.RECALL_FLOOR
+    assert load_segment(tmp_path, refused, DIM, ef=50).graph is None
+    assert load_segment(tmp_path, kept, DIM, ef=50).graph is not None
+
+
+def searches(cfg: Settings) -> list[dict[str, object]]:
+    service = SearchService(cfg)
+    try:
+        return index_counts(service)["vector_cache"]["segment_search"]  # type: ignore[no-any-return]
+    finally:
+        service.close()
+
+
+def test_index_status_says_which_segments_are_searched_approximately_and_why(
+    hnsw_cfg: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = vectors_dir(hnsw_cfg.db_path)
+    manifest = read_manifest(directory)[0]  # type: ignore[index]
+    [used] = searches(hnsw_cfg)
+    assert used["search"] == "hnsw" and used["reason"] is None
+    assert used["recall"] == manifest.segments[0].hnsw_recall and used["recall"] >= 0.95  # type: ignore[operator]
+    assert used["rows"] == manifest.rows
+    [ignored] = searches(hnsw_cfg.with_overrides(vector_index="exact"))
+    assert ignored["search"] == "exact" and ignored["reason"] == "RIFFLUX_VECTOR_INDEX=exact"
+
+    # A floor above what the graph measures: the republished segment has no graph, the
+    # manifest keeps the recall that refused it, and readers scan it exactly.
+    monkeypatch.setattr(hnsw, "RECALL_FLOOR", 1.01)
+    result = publish(hnsw_cfg.db_path, source="finalize", full=True, vector_index="hnsw")
+    assert result is not None
+    segment = result.manifest.segments[0]
+    # The rebuilt graph measured its own recall (graph builds are multi-threaded, so not
+    # always the first build's figure).
+    assert segment.hnsw is None and segment.hnsw_recall is not None
+    assert 0.0 <= segment.hnsw_recall < 1.01
+    [refused] = searches(hnsw_cfg)
+    assert refused["search"] == "exact"
+    assert refused["reason"] == f"recall {segment.hnsw_recall:.3f} < 1.01"
+    view = open_view(directory, ef=hnsw_cfg.hnsw_ef)
+    assert view is not None and view.segments[0].graph is None
+    assert semantic(hnsw_cfg, QUERY) == semantic(
+        hnsw_cfg.with_overrides(vector_index="exact"), QUERY
+    )
+    again = publish(hnsw_cfg.db_path, source="finalize", vector_index="hnsw")
+    assert again is not None and again.action == "unchanged", "a refused graph is not rebuilt"
+
+
+def test_auto_below_hnsw_min_rows_is_reported_as_the_reason(tmp_path: Path) -> None:
+    copy_corpus(tmp_path / "docs", limit=10)
+    cfg = make_settings(tmp_path)
+    Indexer(cfg).run([tmp_path / "docs"])
+    [segment] = searches(cfg)
+    assert segment["search"] == "exact" and segment["recall"] is None
+    assert segment["reason"] == f"below HNSW_MIN_ROWS ({hnsw.HNSW_MIN_ROWS})"
+
+
+def test_an_old_manifest_without_recall_loads_and_its_graph_is_measured_not_rebuilt(
+    hnsw_cfg: Settings,
+) -> None:
+    directory = vectors_dir(hnsw_cfg.db_path)
+    path = directory / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    for entry in data["segments"]:
+        del entry["hnsw_recall"]  # as written before recall checks
+    path.write_text(json.dumps(data))
+    graph = data["segments"][0]["hnsw"]
+
+    view = open_view(directory, ef=hnsw_cfg.hnsw_ef)
+    assert view is not None and view.segments[0].graph is None, "unchecked: scanned exactly"
+    [unchecked] = searches(hnsw_cfg)
+    assert unchecked["search"] == "exact" and "unchecked" in str(unchecked["reason"])
+    assert semantic(hnsw_cfg, QUERY) == semantic(
+        hnsw_cfg.with_overrides(vector_index="exact"), QUERY
+    )
+
+    result = publish(hnsw_cfg.db_path, source="finalize", trust_stamps=True, vector_index="hnsw")
+
+    assert result is not None
+    segment = result.manifest.segments[0]
+    assert segment.hnsw == graph, "the existing graph is measured, not rebuilt"
+    assert segment.hnsw_recall is not None and segment.hnsw_recall >= hnsw.RECALL_FLOOR
+    view = open_view(directory, ef=hnsw_cfg.hnsw_ef)
+    assert view is not None and view.segments[0].graph is not None
+    assert searches(hnsw_cfg)[0]["search"] == "hnsw"
