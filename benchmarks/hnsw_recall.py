@@ -62,7 +62,7 @@ from rifflux.vectors.scan import search_segments
 from rifflux.vectors.segments import Segment, segment_meta
 
 ONNX_MODEL = "onnx:all-MiniLM-L6-v2-int8"
-SOURCE = Path("/work/shared/corpora/awesome-copilot")
+SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 EFS = (50, 100, 200, 400)
 BLOCK = 50_000
 LIMIT = 20  # top_k 10 x the default candidate multiplier 2, as a search asks

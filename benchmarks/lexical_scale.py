@@ -48,7 +48,7 @@ REPO_SOURCE = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "awesom
 
 
 def default_source() -> Path:
-    for candidate in (SHARED_SOURCE, Path("/work/shared/corpora/awesome-copilot"), REPO_SOURCE):
+    for candidate in (SHARED_SOURCE, REPO_SOURCE):
         if candidate.is_dir():
             return candidate
     return REPO_SOURCE

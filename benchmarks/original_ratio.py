@@ -36,7 +36,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path("/work/shared") if Path("/work/shared").is_dir() else REPO.parent / "shared"
+SHARED = REPO.parent / "shared"
 DEFAULT_CORPUS = SHARED / "corpora" / "awesome-copilot"
 INSTALLER = SHARED / "peers" / "install-original.sh"
 
