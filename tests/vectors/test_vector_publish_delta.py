@@ -109,15 +109,25 @@ def chunk_count(db_path: Path, path: str) -> int:
     return int(row[0])
 
 
+def indexed_docs(
+    tmp_path: Path, cfg: Settings, seed: int, count: int
+) -> tuple[Path, random.Random]:
+    """``count`` files of 3 sections under ``tmp_path/docs``, indexed in-process; the
+    folder and the generator that wrote them (for the edits that follow)."""
+    rng = random.Random(seed)
+    root = tmp_path / "docs"
+    root.mkdir()
+    width = len(str(count - 1))
+    for i in range(count):
+        (root / f"d{i:0{width}d}.md").write_text(doc(rng, 3))
+    Indexer(cfg).run([root])
+    return root, rng
+
+
 def test_one_edit_publish_reads_the_edited_files_rows_not_the_index(
     tmp_path: Path, cfg: Settings
 ) -> None:
-    rng = random.Random(7)
-    root = tmp_path / "docs"
-    root.mkdir()
-    for i in range(300):
-        (root / f"d{i:03d}.md").write_text(doc(rng, 3))
-    Indexer(cfg).run([root])
+    root, rng = indexed_docs(tmp_path, cfg, 7, 300)
     first = run_publish(cfg.db_path)
     total = first.manifest.rows
     assert total >= 900 and first.rows_read == total  # a first publish lists every row
@@ -207,12 +217,7 @@ def test_incremental_publishes_equal_a_full_publish_after_random_steps(
 def test_an_index_without_the_log_gets_it_and_lists_every_row_once(
     tmp_path: Path, cfg: Settings
 ) -> None:
-    rng = random.Random(3)
-    root = tmp_path / "docs"
-    root.mkdir()
-    for i in range(40):
-        (root / f"d{i:02d}.md").write_text(doc(rng, 3))
-    Indexer(cfg).run([root])
+    root, rng = indexed_docs(tmp_path, cfg, 3, 40)
     run_publish(cfg.db_path)
     # What an index and a cache of the Rifflux before the log look like.
     with sqlite3.connect(cfg.db_path) as conn:
@@ -247,12 +252,7 @@ def test_an_index_without_the_log_gets_it_and_lists_every_row_once(
 
 
 def test_a_manifest_behind_the_pruned_log_lists_every_row(tmp_path: Path, cfg: Settings) -> None:
-    rng = random.Random(5)
-    root = tmp_path / "docs"
-    root.mkdir()
-    for i in range(40):
-        (root / f"d{i:02d}.md").write_text(doc(rng, 3))
-    Indexer(cfg).run([root])
+    root, rng = indexed_docs(tmp_path, cfg, 5, 40)
     run_publish(cfg.db_path)
     manifest_path = vectors_dir(cfg.db_path) / MANIFEST_NAME
     older = manifest_path.read_bytes()
