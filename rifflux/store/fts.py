@@ -46,6 +46,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from rifflux.store.connection import transaction
 from rifflux.store.knowledge import has_knowledge
 from rifflux.store.paths import CHUNK_FILE_INDEX, PATH_TABLE, has_path_table
 from rifflux.store.schema import ABOUT_TABLE
@@ -285,36 +286,40 @@ def top_hits(
         ).fetchall()
         return [LexicalHit(int(r[0]), (str(r[1]), int(r[2])), float(r[3])) for r in rows]
 
-    bounded = (
-        _Bounded.plan(
-            conn,
-            table,
-            clauses,
-            path,
-            float(weights.path),
-            match,
-            with_about,
-            covering=_covering(table, clauses, scope),
-            counts={} if counts is None else counts,
+    # The clause counts and the ranked statements read one snapshot: a job committing
+    # between them would give counts of another state than the scores (connections
+    # run in autocommit, so each statement alone would take its own snapshot).
+    with transaction(conn, write=False):
+        bounded = (
+            _Bounded.plan(
+                conn,
+                table,
+                clauses,
+                path,
+                float(weights.path),
+                match,
+                with_about,
+                covering=_covering(table, clauses, scope),
+                counts={} if counts is None else counts,
+            )
+            if len(clauses) > 1
+            else None
         )
-        if len(clauses) > 1
-        else None
-    )
-    fetch = limit + TIE_MARGIN
-    while True:
-        hits = (bounded.rows(ranked, fetch) if bounded is not None else None) or ranked(fetch)
-        if skip is not None and hits:
-            skipped = skip(conn, [h.row_id for h in hits])
-            kept = [h for h in hits if h.row_id not in skipped]
-        else:
-            kept = hits
-        if len(hits) < fetch:
-            return kept[:limit]
-        # Rows not fetched score at least hits[-1].bm25, so the cut is exact once a kept
-        # row past it scores worse than the last one kept.
-        if len(kept) > limit and kept[-1].bm25 > kept[limit - 1].bm25:
-            return kept[:limit]
-        fetch *= 4
+        fetch = limit + TIE_MARGIN
+        while True:
+            hits = (bounded.rows(ranked, fetch) if bounded is not None else None) or ranked(fetch)
+            if skip is not None and hits:
+                skipped = skip(conn, [h.row_id for h in hits])
+                kept = [h for h in hits if h.row_id not in skipped]
+            else:
+                kept = hits
+            if len(hits) < fetch:
+                return kept[:limit]
+            # Rows not fetched score at least hits[-1].bm25, so the cut is exact once a kept
+            # row past it scores worse than the last one kept.
+            if len(kept) > limit and kept[-1].bm25 > kept[limit - 1].bm25:
+                return kept[:limit]
+            fetch *= 4
 
 
 # FTS5's bm25() constant k1 (fts5_aux.c, fts5Bm25Function): each phrase adds
@@ -416,6 +421,8 @@ class _Bounded:
                     ).fetchone()[0]
                 )
             hits = counts[table, clause]
+            if hits > total:  # not one snapshot (a caller's own); score everything
+                return None
             idf = max(math.log((total - hits + 0.5) / (hits + 0.5)), BM25_MIN_IDF)
             counted.append(_Clause(clause, hits, idf * (BM25_K1 + 1.0) * (1 + _BOUND_SLACK)))
         if sum(c.hits for c in counted) < BOUND_MIN_POSTINGS:

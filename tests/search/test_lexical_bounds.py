@@ -135,3 +135,22 @@ def test_the_bound_is_the_formula_of_fts5(db: Path, monkeypatch: pytest.MonkeyPa
             assert -first.upper < best
     finally:
         conn.close()
+
+
+def test_counts_of_another_state_than_the_row_count_fall_back_to_full_scoring(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clause count taken before a job deleted rows can exceed FTS5's row count read
+    after it (a search during a job raised "math domain error"): no bound then."""
+    monkeypatch.setattr(fts, "BOUND_MIN_POSTINGS", 0)
+    conn = open_index(db)
+    try:
+        total = fts.fts_row_count(conn, "chunks_fts")
+        clause = f'"{COMMON[0]}"'
+        stale = {("chunks_fts", clause): total + 5}
+        plan = fts._Bounded.plan(
+            conn, "chunks_fts", [clause, clause], "", 0.0, COMMON[0], False, counts=stale
+        )
+        assert plan is None
+    finally:
+        conn.close()
