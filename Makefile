@@ -20,12 +20,14 @@ install: $(BIN)/rifflux
 run: install
 	$(BIN)/honcho start -f Procfile
 
+# The suite runs on every core (pytest-xdist); tests that share a server or a network
+# namespace carry one xdist_group and run one at a time.
 test: install
 	$(BIN)/ruff check rifflux workers tests benchmarks
 	$(BIN)/ruff format --check rifflux workers tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup
 
 lint: install
 	$(BIN)/ruff check rifflux workers tests benchmarks

@@ -27,7 +27,8 @@ from rifflux.queue import names
 from rifflux.queue.client import IndexQueue
 from rifflux.store.jobs import JobRecord
 
-pytestmark = pytest.mark.slow
+# One network namespace at a time: the tests share addresses and interface names.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("netns")]
 
 # Short timings so the partition outlasts the heartbeat timeout within seconds.
 RECOVERY_QUERY = "heartbeat_timeout_ms=3000&maintenance_interval_ms=500"

@@ -14,6 +14,8 @@ from rifflux.queue.client import IndexQueue
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+# One test at a time on the shared servers: each flushes the rifflux queues there.
+pytestmark = pytest.mark.xdist_group("shared-brokers")
 
 
 def flush_rifflux_queues(url: str) -> None:

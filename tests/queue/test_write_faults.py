@@ -41,14 +41,40 @@ INDEX_TIMEOUT_SECONDS = 60
 def rifflux_index(
     tmp_path: Path, settings: Settings, corpus: Path, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """``rifflux index`` as a user runs it: it starts its own local pool."""
-    return subprocess.run(
-        [sys.executable, "-m", "rifflux.cli", "index", str(corpus)],
-        env=worker_env(settings, RIFFLUX_WORKERS="1", RIFFLUX_LOG_LEVEL="WARNING", **env),
+    """``rifflux index`` as a user runs it: it starts its own local pool. One that hangs
+    fails the test with what it printed, the workers' log and ``rifflux status``."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "rifflux.cli", "index", str(corpus)],
+            env=worker_env(settings, RIFFLUX_WORKERS="1", RIFFLUX_LOG_LEVEL="WARNING", **env),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=INDEX_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired as exc:
+        report = hang_report(tmp_path, settings, exc)
+        raise AssertionError(f"rifflux index hung:\n{report}") from exc
+
+
+def hang_report(tmp_path: Path, settings: Settings, exc: subprocess.TimeoutExpired) -> str:
+    """What a hung ``rifflux index`` left to read: its stderr, the tail of the workers'
+    log, the live workers and ``rifflux status``."""
+    stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
+    log_path = settings.db_path.parent / "workers.log"
+    log_tail = log_path.read_text()[-4_000:] if log_path.exists() else "(no workers.log)"
+    status = subprocess.run(
+        [sys.executable, "-m", "rifflux.cli", "status"],
+        env=worker_env(settings),
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=INDEX_TIMEOUT_SECONDS,
+        timeout=60,
+    )
+    workers = IndexQueue(settings).live_workers()
+    return (
+        f"stderr:\n{stderr[-4_000:]}\nworkers.log:\n{log_tail}\nlive workers: {workers}\n"
+        f"status:\n{status.stdout}{status.stderr}"
     )
 
 
@@ -191,6 +217,8 @@ def test_failing_workers_are_named_and_their_rotated_log_holds_no_file_text(
     queue = IndexQueue(settings, launcher=launch_local_pool)
     try:
         queue.start_pool()
+        # The stall clock starts once the worker is up: a slow boot is not what this tests.
+        wait_until(queue.index_host_workers, timeout=60)
         job_id = queue.submit([corpus])
 
         def reason() -> str | None:
