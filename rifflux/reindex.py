@@ -183,6 +183,9 @@ class Reindexer:
     def job(self, job_id: str) -> JobRecord | None:
         return self.queue.job(job_id)
 
+    def unfinished_job_for(self, paths: Sequence[Path | str]) -> str | None:
+        return self.queue.unfinished_job_for(paths)
+
     def stall_reason(self, record: JobRecord) -> str | None:
         return self.queue.stall_reason(record)
 

@@ -163,6 +163,20 @@ class IndexQueue:
         with self._lock:
             self.broker.enqueue(names.plan_message(str(self.db_path), job_id))
 
+    def unfinished_job_for(
+        self, paths: Sequence[Path | str], *, force: bool = False, prune_missing: bool = True
+    ) -> str | None:
+        """The unfinished job that :meth:`submit` of these arguments would duplicate
+        (same roots, same settings), whichever process submitted it; None if there is
+        none. Its scan has not run yet, or a follow-up job will see what it missed."""
+        roots = [str(Path(p).resolve()) for p in paths]
+        spec = JobSpec.from_settings(self.settings, force=force, prune_missing=prune_missing)
+        conn = open_index(self.db_path)
+        try:
+            return jobs.unfinished_job_for(conn, roots, spec.to_dict())
+        finally:
+            conn.close()
+
     def job(self, job_id: str) -> jobs.JobRecord | None:
         conn = open_index(self.db_path)
         try:

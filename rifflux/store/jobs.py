@@ -17,7 +17,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,6 +210,23 @@ def unfinished_job_ids(conn: sqlite3.Connection) -> list[str]:
         "SELECT id FROM jobs WHERE state IN ('queued', 'running') ORDER BY created_at, id"
     ).fetchall()
     return [row["id"] for row in rows]
+
+
+def unfinished_job_for(
+    conn: sqlite3.Connection, roots: Sequence[str], options: Mapping[str, Any]
+) -> str | None:
+    """The newest job still queued or running with exactly these roots and options (as
+    stored: JSON), or None."""
+    wanted_roots, wanted_options = list(roots), json.loads(json.dumps(dict(options)))
+    rows = conn.execute(
+        "SELECT id, roots, options FROM jobs WHERE state IN ('queued', 'running') "
+        "ORDER BY created_at DESC, id"
+    ).fetchall()
+    for row in rows:
+        same = json.loads(row["roots"]) == wanted_roots
+        if same and json.loads(row["options"]) == wanted_options:
+            return str(row["id"])
+    return None
 
 
 def update_job(conn: sqlite3.Connection, job_id: str, **fields: Any) -> None:

@@ -4,6 +4,11 @@ One job per set of roots at a time: a change while a job is still queued is pick
 that job's scan (the planner scans after it starts running), so nothing is enqueued; a
 change while a job is running marks the roots dirty, and exactly one follow-up job is
 submitted once that job finishes. A burst of edits therefore costs at most two jobs.
+
+"One job at a time" holds across processes: with no job of its own, a coalescer adopts
+the unfinished job of the same roots and settings that another process submitted (the
+HTTP workers of one server each run auto-reindex-on-search; a second server may watch
+the same roots), so N processes noticing one change queue one job, not N.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class JobQueue(Protocol):
 
     def job(self, job_id: str) -> JobRecord | None: ...
 
+    def unfinished_job_for(self, paths: Sequence[Path | str]) -> str | None: ...
+
 
 class JobCoalescer:
     """Turns "something changed under these roots" into the fewest jobs that cover it."""
@@ -40,13 +47,19 @@ class JobCoalescer:
         self._lock = threading.Lock()
 
     def _active_state(self) -> str | None:
-        if self.active_job is None:
-            return None
-        record = self.queue.job(self.active_job)
-        if record is None or record.finished:
+        """The state of the unfinished job that covers the roots: this coalescer's own,
+        else one another process submitted (adopted); None when there is none."""
+        state = self._state_of(self.active_job)
+        if state is None:
+            self.active_job = self.queue.unfinished_job_for(self.roots)
+            state = self._state_of(self.active_job)
+        if state is None:
             self.active_job = None
-            return None
-        return record.state
+        return state
+
+    def _state_of(self, job_id: str | None) -> str | None:
+        record = self.queue.job(job_id) if job_id is not None else None
+        return None if record is None or record.finished else record.state
 
     def changed(self) -> str | None:
         """Note a change; returns the id of a job submitted for it, if one was."""

@@ -137,6 +137,9 @@ def test_a_watcher_that_keeps_crashing_gives_up(tmp_path: Path) -> None:
         def job(self, job_id):
             return None
 
+        def unfinished_job_for(self, paths):
+            return None
+
     def always_crash(*_args, **_kwargs):
         raise RuntimeError("broken")
 
@@ -164,6 +167,9 @@ def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> 
         def job(self, job_id):
             return JobRecord(job_id, [], {}, self.states[job_id])
 
+        def unfinished_job_for(self, paths):
+            return None
+
     queue = FakeQueue()
     coalescer = JobCoalescer(queue, [Path("/docs")])
     assert coalescer.changed() == "j0"
@@ -176,6 +182,40 @@ def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> 
     assert coalescer.tick() is None
     queue.states["j1"] = "completed"
     assert coalescer.idle
+
+
+def test_coalescers_of_two_processes_queue_one_job_for_one_change(tmp_path: Path) -> None:
+    # Two queues on one index stand for two HTTP workers of one server (each runs
+    # auto-reindex-on-search), or two servers watching the same roots. No workers: the
+    # jobs stay where the test puts them.
+    from rifflux.store.jobs import update_job
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    settings = make_settings(tmp_path)
+    first, second = IndexQueue(settings), IndexQueue(settings)
+    try:
+        one, other = JobCoalescer(first, [root]), JobCoalescer(second, [root])
+        job = one.changed()
+        assert job is not None
+        assert other.changed() is None  # the other process's queued job will see it
+        conn = open_index(settings.db_path)
+        try:
+            update_job(conn, job, state="running")
+            assert other.changed() is None and other.tick() is None  # owed, not doubled
+            update_job(conn, job, state="completed")
+        finally:
+            conn.close()
+        follow_up = other.tick()
+        assert follow_up is not None and one.changed() is None
+        assert job_count(settings) == 2
+        # Another job's roots or settings are not the same job.
+        assert JobCoalescer(first, [tmp_path]).changed() not in (None, follow_up)
+        forced = second.submit([root], force=True)
+        assert second.unfinished_job_for([root]) == follow_up != forced
+    finally:
+        first.close()
+        second.close()
 
 
 def test_index_status_shows_the_watcher_state(watched) -> None:
