@@ -29,6 +29,8 @@ Invariants:
   essential. Always the full query: a single clause, under ``BOUND_MIN_POSTINGS``
   postings in all, candidates over ``_BOUND_SHARE`` of the rows, a filtered window the
   candidates cannot fill, ``clauses`` not given.
+  The clause counts (:class:`ClauseCounts`) are kept per reader connection across
+  searches and dropped whenever the database is not in the state they were taken in.
   The restricted SQL still walks every posting of the full MATCH (FTS5 filters
   ``+rowid`` after its iterator, and computes idf by a pass over each clause's
   postings); what it saves is bm25() and the path join for every row but the
@@ -43,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -241,7 +244,7 @@ def top_hits(
     path: str = "",
     about: bool = False,
     clauses: Sequence[str] = (),
-    counts: dict[tuple[str, str], int] | None = None,
+    counts: ClauseCounts | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``scope``
@@ -251,8 +254,8 @@ def top_hits(
     is added to that chunk's, which it may match by alone. ``clauses``: the OR-ed
     clauses ``match`` is made of (in its order); given, the rows are first sought among
     those holding the rarer clauses (:class:`_Bounded`), with the same result; empty:
-    every match is scored. ``counts``: the clauses' row counts by (table, clause), shared
-    by the calls of one search (filled here)."""
+    every match is scored. ``counts``: the clause row counts of ``conn`` (kept across calls;
+    none: counted for this call alone)."""
     where, params = scope.where()
     columns = {"h": float(weights.heading), "c": float(weights.content)}
     limits = 1  # LIMIT placeholders at the end of the SQL
@@ -300,7 +303,7 @@ def top_hits(
                 match,
                 with_about,
                 covering=_covering(table, clauses, scope),
-                counts={} if counts is None else counts,
+                counts=counts,
             )
             if len(clauses) > 1
             else None
@@ -366,6 +369,63 @@ def fts_row_count(conn: sqlite3.Connection, table: str) -> int:
     return _varint(bytes(row[0])) if row and row[0] else 0
 
 
+# Clause row counts a reader connection keeps (:class:`ClauseCounts`), least recently
+# used dropped first: a few hundred bytes each, so at most a few MB per connection.
+CLAUSE_COUNTS_SIZE = 8192
+
+
+class ClauseCounts:
+    """How many rows of an FTS5 table hold each clause, for one connection, kept across
+    searches while the database stays in the state they were counted in.
+
+    The state is SQLite's ``PRAGMA data_version`` with the connection's own
+    ``total_changes``: inside a read transaction data_version stays put, and it changes
+    once another connection has committed, but not for the connection's own commits
+    (hence ``total_changes``). Checked on SQLite 3.40.1, WAL: data_version read inside
+    ``BEGIN`` is the same before and after another connection commits, and so is what
+    the transaction reads (the pragma takes the read snapshot, like a SELECT); after
+    ``COMMIT`` it differs; a commit of the connection itself leaves it as it was.
+    :meth:`refresh` runs inside each read transaction that uses the counts
+    (:meth:`_Bounded.plan`), so every count used was taken in that transaction's
+    snapshot; before, a count taken by one call of a search (a phrase query's first
+    tier) was used by the next even when a job had committed between them. Process
+    memory only: a reader never writes."""
+
+    def __init__(self, size: int = CLAUSE_COUNTS_SIZE) -> None:
+        self.size = size
+        self._state: tuple[int, int, int] | None = None
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        """Inside a read transaction on ``conn``: drop every count unless the database is
+        in the state they were taken in (on this connection)."""
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        state = (id(conn), version, conn.total_changes)
+        if state != self._state:
+            self._counts.clear()
+            self._state = state
+
+    def count(self, conn: sqlite3.Connection, table: str, clause: str) -> int:
+        """Rows of ``table`` holding ``clause`` (after :meth:`refresh`, in its transaction)."""
+        key = (table, clause)
+        hits = self._counts.get(key)
+        if hits is not None:
+            self._counts.move_to_end(key)
+            return hits
+        hits = int(
+            conn.execute(
+                f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
+            ).fetchone()[0]
+        )
+        self._counts[key] = hits
+        if len(self._counts) > self.size:
+            self._counts.popitem(last=False)
+        return hits
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+
 @dataclass(frozen=True, slots=True)
 class _Clause:
     match: str
@@ -406,21 +466,16 @@ class _Bounded:
         about: bool,
         *,
         covering: frozenset[str] = frozenset(),
-        counts: dict[tuple[str, str], int] | None = None,
+        counts: ClauseCounts | None = None,
     ) -> _Bounded | None:
         total = fts_row_count(conn, table)
         if total <= 0:
             return None
-        counts = {} if counts is None else counts
+        counts = ClauseCounts() if counts is None else counts
+        counts.refresh(conn)
         counted = []
         for clause in clauses:
-            if (table, clause) not in counts:
-                counts[table, clause] = int(
-                    conn.execute(
-                        f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
-                    ).fetchone()[0]
-                )
-            hits = counts[table, clause]
+            hits = counts.count(conn, table, clause)
             if hits > total:  # not one snapshot (a caller's own); score everything
                 return None
             idf = max(math.log((total - hits + 0.5) / (hits + 0.5)), BM25_MIN_IDF)
