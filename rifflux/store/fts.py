@@ -21,7 +21,7 @@ Invariants:
   OR-ed clauses of the MATCH, each clause adds less than idf × (k1 + 1) to any row's
   bm25() (FTS5's formula, fts5_aux.c; idf from FTS5's own row count and the clause's
   row count). The ranked SQL is first run restricted (``+rowid IN`` a MATCH of the
-  rarest clauses, plus every about match) and its rows stand when the last of the
+  rarer clauses, plus every about match) and its rows stand when the last of the
   window scores below what any other row can reach (−Σ bounds of the other clauses +
   the best path bonus); the scores are FTS5's own, from the full MATCH, so identical.
   Otherwise one wider set, chosen so that it must succeed, then the full query. The
@@ -340,6 +340,16 @@ _BOUND_SLACK = 1e-9
 # against 9.3 ms bounded, CPU time per query).
 _BOUND_SHARE = 0.5
 BOUND_MIN_POSTINGS = 20_000
+# The first restricted run takes the rarest clauses that fill the window, then the next
+# ones while their rows add up to at most this share of the query's postings: a wider first
+# set vouches more often, so a second run (a second pass over every posting of the MATCH,
+# ~0.1–0.2 µs each) is saved at the price of scoring more candidates (~2 µs each). At ~200k
+# chunks (benchmarks/lexical_profile.py, 150 queries, CPU p50 common / mid / phrase / rare):
+# share 0: 111.8 / 92.2 / 230.8 / 136.2 ms (1.31 / 1.68 / 2.85 / 1.78 ranked runs a query);
+# 0.125: 72.8 / 54.9 / 167.0 / 81.7; 0.25: 67.6 / 50.4 / 123.6 / 65.0 (1.16 / 1.20 / 2.37 /
+# 1.11 runs); 0.5: 82.3 / 63.2 / 145.9 / 85.1; 1: 99.2 / 93.0 / 170.1 / 123.8 (load 2.5–3.5,
+# runs one after another: ±20% between runs of the same code).
+FIRST_RUN_SHARE = 0.25
 
 
 def _covering(table: str, clauses: Sequence[str], scope: Scope) -> frozenset[str]:
@@ -505,7 +515,7 @@ class _Bounded:
         """The best ``fetch`` rows as the full query returns them, or None when the
         bounds cannot vouch for them (run the full query).
 
-        At most two restricted runs: the rarest clauses that may fill the window; if the
+        At most two restricted runs: the rarer clauses (:meth:`_first_split`); if the
         bound does not vouch for them, the last row's score ``worst`` tells which split
         will: the best ``fetch`` rows of a wider set of candidates score at most
         ``worst``, so the first split whose floor lies above ``worst`` succeeds."""
@@ -531,13 +541,24 @@ class _Bounded:
         return sum(c.hits for c in self.clauses[:split])
 
     def _first_split(self, fetch: int) -> int | None:
+        """The clauses of the first run: the rarest that may fill the window (one with
+        about matches, which are candidates too), then the next while the candidates stay
+        within ``FIRST_RUN_SHARE`` of the query's postings; None when the first that may
+        fill it are more than ``_BOUND_SHARE`` of the rows."""
+        chosen = None
+        budget = FIRST_RUN_SHARE * self._candidates(len(self.clauses))
         for split in range(1, len(self.clauses)):
             candidates = self._candidates(split)
             if candidates > _BOUND_SHARE * self.rows_total:
-                return None
-            if candidates >= fetch or self.about:
-                return split
-        return None
+                break
+            if chosen is None:
+                if candidates >= fetch or self.about:
+                    chosen = split
+            elif candidates <= budget:
+                chosen = split
+            else:
+                break
+        return chosen
 
     def _floor(self, split: int) -> float:
         """The least score a row holding none of the first ``split`` clauses (and no
@@ -556,11 +577,16 @@ class _Bounded:
 
     def _restrict(self, split: int) -> tuple[str, tuple[object, ...]]:
         """The SQL condition (and its values) that keeps the rows holding one of the
-        first ``split`` clauses, and every about match."""
+        first ``split`` clauses, and every about match: one ``IN`` list of both (two
+        ``IN`` tests OR-ed cost a second probe per row of the MATCH: 41.7 against 29.2 ms
+        CPU for a 5-word query whose MATCH holds 140k rows)."""
         essential = " OR ".join(c.match for c in self.clauses[:split])
         t = self.table
         held = f"+rowid IN (SELECT rowid FROM {t} WHERE {t} MATCH ?)"
         if not self.about:
             return f" AND {held}", (essential,)
-        about = f"+rowid IN (SELECT rowid FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ?)"
-        return f" AND ({held} OR {about})", (essential, self.about)
+        either = (
+            f" AND +rowid IN (SELECT rowid FROM {t} WHERE {t} MATCH ? "
+            f"UNION ALL SELECT rowid FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ?)"
+        )
+        return either, (essential, self.about)
