@@ -255,7 +255,7 @@ def top_hits(
     clauses ``match`` is made of (in its order); given, the rows are first sought among
     those holding the rarer clauses (:class:`_Bounded`), with the same result; empty:
     every match is scored. ``counts``: the clause row counts of ``conn`` (kept across calls;
-    none: counted for this call alone)."""
+    none, or inside a caller's transaction: counted for this call alone)."""
     where, params = scope.where()
     columns = {"h": float(weights.heading), "c": float(weights.content)}
     limits = 1  # LIMIT placeholders at the end of the SQL
@@ -291,7 +291,11 @@ def top_hits(
 
     # The clause counts and the ranked statements read one snapshot: a job committing
     # between them would give counts of another state than the scores (connections
-    # run in autocommit, so each statement alone would take its own snapshot).
+    # run in autocommit, so each statement alone would take its own snapshot). Inside a
+    # caller's transaction, which may hold writes it then rolls back (the connection's
+    # state would then look unchanged), the counts are this call's alone.
+    if conn.in_transaction:
+        counts = None
     with transaction(conn, write=False):
         bounded = (
             _Bounded.plan(

@@ -132,3 +132,23 @@ def test_an_unchanged_index_is_not_counted_again(db: Path, monkeypatch: pytest.M
         assert sum(s.startswith("SELECT count(*)") for s in statements) == 1
     finally:
         conn.close()
+
+
+def test_counts_taken_inside_a_rolled_back_write_are_not_kept(db: Path) -> None:
+    """A connection searches inside its own write transaction (alpha added to every
+    chunk), then rolls it back: its data_version and total_changes stay as after the
+    writes, the rows are as before them (alpha in 5 chunks)."""
+    _drop_most_alpha(db)
+    conn = open_index(db)
+    counts = fts.ClauseCounts()
+    try:
+        conn.execute("BEGIN")
+        conn.execute("UPDATE chunks SET content = content || ' alpha'")
+        lexical_search(conn, TERMS_QUERY, 3, DEFAULT_OPTIONS, counts=counts)
+        conn.execute("ROLLBACK")
+        got = lexical_search(conn, TERMS_QUERY, 3, DEFAULT_OPTIONS, counts=counts)
+        expected = lexical_search(conn, TERMS_QUERY, 3, REFERENCE)
+    finally:
+        conn.close()
+    assert KEPT_ALPHA & {Path(h.key[0]).name for h in expected}
+    assert got == expected
