@@ -13,6 +13,10 @@ overall and per label, and the FTS5 segment count of ``chunks_fts``.
 (``LexicalOptions(bounded=False)``, the search before issue 22's bounds) and checks that
 both return the same rankings (ids and bm25() values).
 
+``--fresh-counts`` also times the same queries with every search counting its clauses
+afresh (the search before the clause counts kept per connection), first, in the same
+process, and checks the rankings are the same.
+
 ``--optimize`` then merges every FTS5 table into one segment (what a large job's finalize
 does now, rifflux.store.segments), reports what that cost and times the same queries
 again, and checks that every query returns the same ranking (ids and scores).
@@ -23,6 +27,7 @@ again, and checks that every query returns the same ranking (ids and scores).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -41,6 +46,8 @@ from rifflux.errors import SearchTimeoutError
 from rifflux.index.indexer import Indexer
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 from rifflux.search.service import SearchService
+from rifflux.search.snapshot import IndexSnapshot
+from rifflux.store.fts import ClauseCounts
 from rifflux.store.segments import FTS5_TABLES, optimize, segment_count
 
 SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
@@ -68,13 +75,21 @@ def build(workdir: Path, files: int, source: Path, settings: Settings) -> dict[s
     return out
 
 
+class FreshCounts(SearchService):
+    """A service whose every search counts its clauses afresh (no counts kept)."""
+
+    def snapshot(self) -> IndexSnapshot:
+        return dataclasses.replace(super().snapshot(), counts=ClauseCounts())
+
+
 def measure(
     settings: Settings,
     queries: list[tuple[str, str]],
     rounds: int,
     lexical: LexicalOptions = DEFAULT_OPTIONS,
+    service_type: type[SearchService] = SearchService,
 ) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
-    service = SearchService(settings, lexical=lexical)
+    service = service_type(settings, lexical=lexical)
     by_label: dict[str, list[float]] = {}
     # This process's CPU time per query, by label: steadier on a loaded machine.
     cpu: dict[str, list[float]] = {}
@@ -132,6 +147,11 @@ def main() -> int:
         action="store_true",
         help="also time every match scored (no bounds) and check the rankings are the same",
     )
+    parser.add_argument(
+        "--fresh-counts",
+        action="store_true",
+        help="first time every search counting its clauses afresh (no counts kept)",
+    )
     args = parser.parse_args()
     os.environ["RIFFLUX_EMBEDDING_BACKEND"] = "hash"
     os.environ["RIFFLUX_QUERY_CACHE_SIZE"] = "0"
@@ -153,7 +173,13 @@ def main() -> int:
     finally:
         conn.close()
     report["segments"] = segments(db)
+    if args.fresh_counts:
+        report["lexical_ms_fresh_counts"], fresh = measure(
+            settings, queries, args.rounds, service_type=FreshCounts
+        )
     report["lexical_ms"], rankings = measure(settings, queries, args.rounds)
+    if args.fresh_counts:
+        report["same_rankings_as_fresh_counts"] = fresh == rankings
     print(json.dumps(report, indent=2), flush=True)
     if args.reference:
         full = LexicalOptions(bounded=False)

@@ -47,7 +47,9 @@ holding the rarer clauses first and proves by FTS5's bm25() bounds that no other
 reach the window (else it scores every match, as before): the same rows and the same
 bm25() values either way. ``LexicalOptions(bounded=False)`` always scores every match
 (the reference the differential test and ``benchmarks/lexical_scale.py --reference``
-compare with).
+compare with). The clause row counts the bounds need are kept by the caller's
+:class:`~rifflux.store.fts.ClauseCounts` (one per reader connection, valid while the
+index is unchanged), so the common terms of a query are not counted again and again.
 
 What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
 words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
@@ -76,6 +78,7 @@ from rifflux.store.cjk import CJK_TABLE, has_cjk_table, rows_with_cjk
 from rifflux.store.fts import (
     FTS_TABLE,
     Bm25Weights,
+    ClauseCounts,
     LexicalHit,
     Scope,
     any_about_matches,
@@ -144,6 +147,7 @@ def lexical_search(
     limit: int,
     options: LexicalOptions = DEFAULT_OPTIONS,
     admitted: np.ndarray | None = None,
+    counts: ClauseCounts | None = None,
 ) -> list[LexicalHit]:
     """Best ``limit`` chunks by BM25 (SQLite's bm25(): lower is better), ties by path, index.
 
@@ -153,6 +157,7 @@ def lexical_search(
     the chunks with CJK text in ``chunks_cjk`` and the others in ``chunks_fts`` (module
     docstring). With phrases in ``text``, chunks holding every phrase come first.
     ``admitted`` (sorted rowids) restricts the match to those chunks; None: every chunk.
+    ``counts``: the clause row counts ``conn``'s searches keep (none: this search's own).
     """
     match = build_match_query(text, options.stop_words)
     if match is None or limit <= 0:
@@ -165,7 +170,7 @@ def lexical_search(
     path = match if options.path_weight > 0 and any_path_matches(conn, match) else ""
     about = options.about_weight > 0 and any_about_matches(conn, match)
     phrases = query_phrases(text)
-    counts: dict[tuple[str, str], int] = {}  # clause row counts, shared by the tiers
+    counts = ClauseCounts() if counts is None else counts
     if not phrases:
         return _routed(conn, text, match, limit, options, Scope(rows), path, about, counts)
     both = phrases_match(phrases)
@@ -195,11 +200,11 @@ def _routed(
     scope: Scope,
     path: str,
     about: bool = False,
-    counts: dict[tuple[str, str], int] | None = None,
+    counts: ClauseCounts | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows in ``scope``: from chunks_fts, or for a CJK query from both
     tables merged by bm25(). ``path``: the MATCH of the path bonus ("" for none);
-    ``about``: add the about bonus too; ``counts``: clause row counts of this search."""
+    ``about``: add the about bonus too; ``counts``: clause row counts of ``conn``."""
     ranked = functools.partial(
         top_hits,
         conn,

@@ -177,7 +177,9 @@ def _ranked(
     if mode == "hybrid" and costly and _stored_model(snapshot) is not None:
         # The lexical half runs while the query is embedded beside it.
         query_vec.start()
-        lexical = lexical_search(snapshot.conn, query, depth, snapshot.lexical, admitted)
+        lexical = lexical_search(
+            snapshot.conn, query, depth, snapshot.lexical, admitted, snapshot.counts
+        )
         deadline.check()
     if mode != "lexical":
         try:
@@ -205,7 +207,9 @@ def _ranked(
         )
     if lexical is None:
         deadline.check()
-        lexical = lexical_search(snapshot.conn, query, depth, snapshot.lexical, admitted)
+        lexical = lexical_search(
+            snapshot.conn, query, depth, snapshot.lexical, admitted, snapshot.counts
+        )
         deadline.check()
     deeper = deeper or len(lexical) >= depth
     if mode == "lexical":

@@ -1,9 +1,10 @@
 """SearchService: the front object the CLI, the MCP server and the evaluation call.
 
-It owns what outlives one call: the settings, one read-only connection per thread, the
-query embedder (built on first use), the vector cache and the query cache. Each call
-takes an :class:`~rifflux.search.snapshot.IndexSnapshot` (this thread's connection with
-the rest) and delegates: ranking to ``ranking.py``, chunk and file retrieval to
+It owns what outlives one call: the settings, one read-only connection per thread (with
+the clause row counts its lexical searches keep, rifflux.store.fts), the query embedder
+(built on first use), the vector cache and the query cache. Each call takes an
+:class:`~rifflux.search.snapshot.IndexSnapshot` (this thread's connection with the
+rest) and delegates: ranking to ``ranking.py``, chunk and file retrieval to
 ``retrieval.py``; the index's status and checks are ``rifflux.status``'s.
 
 Arguments arrive as a :class:`~rifflux.search.request.SearchRequest`, already validated
@@ -57,6 +58,7 @@ from rifflux.search.request import (
 )
 from rifflux.search.snapshot import IndexSnapshot, QueryEmbedder, stored_model
 from rifflux.store.connection import database_failure, open_index_readonly
+from rifflux.store.fts import ClauseCounts
 from rifflux.store.reader import IndexReader
 from rifflux.vectors.cache import VectorCache
 from rifflux.vectors.segments import stat_key, vectors_dir
@@ -120,19 +122,22 @@ class SearchService:
         if conn is None:
             conn = open_index_readonly(self.settings.db_path)
             self._local.conn = conn
+            self._local.counts = ClauseCounts()
             with self._connections_lock:
                 self._connections.append(conn)
         return conn
 
     def snapshot(self) -> IndexSnapshot:
         """This thread's read-only view of the index, for one call."""
+        conn = self.connection()
         return IndexSnapshot(
-            conn=self.connection(),
+            conn=conn,
             db_path=self.db_path,
             settings=self.settings,
             vectors=self.vectors,
             embedder=self._embedder,
             lexical=self.lexical,
+            counts=self._local.counts,
         )
 
     def close(self) -> None:

@@ -4,9 +4,10 @@ Invariants:
 
 * An :class:`IndexSnapshot` is a value handed to the ranking (``ranking.py``) and
   retrieval (``retrieval.py``) functions: this thread's read-only connection, the
-  database path, the settings, the vector cache, the embedder handle and the lexical
-  options. It owns none of them: :class:`~rifflux.search.service.SearchService` opens,
-  caches and closes them, and builds one snapshot per call.
+  database path, the settings, the vector cache, the embedder handle, the lexical
+  options and the clause row counts kept with the connection. It owns none of them:
+  :class:`~rifflux.search.service.SearchService` opens, caches and closes them, and
+  builds one snapshot per call.
 * Nothing reachable from a snapshot writes the index (the connection is ``mode=ro``;
   the vector cache only reads its directory).
 * :class:`QueryEmbedder` builds the configured embedder once, on the first query that
@@ -29,6 +30,7 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.search.lexical import LexicalOptions
+from rifflux.store.fts import ClauseCounts
 from rifflux.store.reader import get_metadata
 from rifflux.vectors.cache import VectorCache
 
@@ -76,6 +78,7 @@ class IndexSnapshot:
     vectors: VectorCache
     embedder: QueryEmbedder
     lexical: LexicalOptions
+    counts: ClauseCounts  # the clause row counts kept with ``conn``
 
     def stored_model(self) -> str | None:
         """The embedding model label the index was written with (None: no vectors yet)."""

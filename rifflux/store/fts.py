@@ -21,7 +21,7 @@ Invariants:
   OR-ed clauses of the MATCH, each clause adds less than idf × (k1 + 1) to any row's
   bm25() (FTS5's formula, fts5_aux.c; idf from FTS5's own row count and the clause's
   row count). The ranked SQL is first run restricted (``+rowid IN`` a MATCH of the
-  rarest clauses, plus every about match) and its rows stand when the last of the
+  rarer clauses, plus every about match) and its rows stand when the last of the
   window scores below what any other row can reach (−Σ bounds of the other clauses +
   the best path bonus); the scores are FTS5's own, from the full MATCH, so identical.
   Otherwise one wider set, chosen so that it must succeed, then the full query. The
@@ -29,6 +29,8 @@ Invariants:
   essential. Always the full query: a single clause, under ``BOUND_MIN_POSTINGS``
   postings in all, candidates over ``_BOUND_SHARE`` of the rows, a filtered window the
   candidates cannot fill, ``clauses`` not given.
+  The clause counts (:class:`ClauseCounts`) are kept per reader connection across
+  searches and dropped whenever the database is not in the state they were taken in.
   The restricted SQL still walks every posting of the full MATCH (FTS5 filters
   ``+rowid`` after its iterator, and computes idf by a pass over each clause's
   postings); what it saves is bm25() and the path join for every row but the
@@ -43,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -241,7 +244,7 @@ def top_hits(
     path: str = "",
     about: bool = False,
     clauses: Sequence[str] = (),
-    counts: dict[tuple[str, str], int] | None = None,
+    counts: ClauseCounts | None = None,
 ) -> list[LexicalHit]:
     """The best ``limit`` rows of one FTS5 table, exactly tie-broken; ``skip`` names rows
     to leave out (they are ranked elsewhere), and the window widens past them; ``scope``
@@ -251,8 +254,8 @@ def top_hits(
     is added to that chunk's, which it may match by alone. ``clauses``: the OR-ed
     clauses ``match`` is made of (in its order); given, the rows are first sought among
     those holding the rarer clauses (:class:`_Bounded`), with the same result; empty:
-    every match is scored. ``counts``: the clauses' row counts by (table, clause), shared
-    by the calls of one search (filled here)."""
+    every match is scored. ``counts``: the clause row counts of ``conn`` (kept across calls;
+    none, or inside a caller's transaction: counted for this call alone)."""
     where, params = scope.where()
     columns = {"h": float(weights.heading), "c": float(weights.content)}
     limits = 1  # LIMIT placeholders at the end of the SQL
@@ -288,7 +291,11 @@ def top_hits(
 
     # The clause counts and the ranked statements read one snapshot: a job committing
     # between them would give counts of another state than the scores (connections
-    # run in autocommit, so each statement alone would take its own snapshot).
+    # run in autocommit, so each statement alone would take its own snapshot). Inside a
+    # caller's transaction, which may hold writes it then rolls back (the connection's
+    # state would then look unchanged), the counts are this call's alone.
+    if conn.in_transaction:
+        counts = None
     with transaction(conn, write=False):
         bounded = (
             _Bounded.plan(
@@ -300,7 +307,7 @@ def top_hits(
                 match,
                 with_about,
                 covering=_covering(table, clauses, scope),
-                counts={} if counts is None else counts,
+                counts=counts,
             )
             if len(clauses) > 1
             else None
@@ -337,6 +344,16 @@ _BOUND_SLACK = 1e-9
 # against 9.3 ms bounded, CPU time per query).
 _BOUND_SHARE = 0.5
 BOUND_MIN_POSTINGS = 20_000
+# The first restricted run takes the rarest clauses that fill the window, then the next
+# ones while their rows add up to at most this share of the query's postings: a wider first
+# set vouches more often, so a second run (a second pass over every posting of the MATCH,
+# ~0.1–0.2 µs each) is saved at the price of scoring more candidates (~2 µs each). At ~200k
+# chunks (benchmarks/lexical_profile.py, 150 queries, CPU p50 common / mid / phrase / rare):
+# share 0: 111.8 / 92.2 / 230.8 / 136.2 ms (1.31 / 1.68 / 2.85 / 1.78 ranked runs a query);
+# 0.125: 72.8 / 54.9 / 167.0 / 81.7; 0.25: 67.6 / 50.4 / 123.6 / 65.0 (1.16 / 1.20 / 2.37 /
+# 1.11 runs); 0.5: 82.3 / 63.2 / 145.9 / 85.1; 1: 99.2 / 93.0 / 170.1 / 123.8 (load 2.5–3.5,
+# runs one after another: ±20% between runs of the same code).
+FIRST_RUN_SHARE = 0.25
 
 
 def _covering(table: str, clauses: Sequence[str], scope: Scope) -> frozenset[str]:
@@ -364,6 +381,63 @@ def fts_row_count(conn: sqlite3.Connection, table: str) -> int:
     averages record (``{table}_data`` row 1); 0 when there is none."""
     row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
     return _varint(bytes(row[0])) if row and row[0] else 0
+
+
+# Clause row counts a reader connection keeps (:class:`ClauseCounts`), least recently
+# used dropped first: a few hundred bytes each, so at most a few MB per connection.
+CLAUSE_COUNTS_SIZE = 8192
+
+
+class ClauseCounts:
+    """How many rows of an FTS5 table hold each clause, for one connection, kept across
+    searches while the database stays in the state they were counted in.
+
+    The state is SQLite's ``PRAGMA data_version`` with the connection's own
+    ``total_changes``: inside a read transaction data_version stays put, and it changes
+    once another connection has committed, but not for the connection's own commits
+    (hence ``total_changes``). Checked on SQLite 3.40.1, WAL: data_version read inside
+    ``BEGIN`` is the same before and after another connection commits, and so is what
+    the transaction reads (the pragma takes the read snapshot, like a SELECT); after
+    ``COMMIT`` it differs; a commit of the connection itself leaves it as it was.
+    :meth:`refresh` runs inside each read transaction that uses the counts
+    (:meth:`_Bounded.plan`), so every count used was taken in that transaction's
+    snapshot; before, a count taken by one call of a search (a phrase query's first
+    tier) was used by the next even when a job had committed between them. Process
+    memory only: a reader never writes."""
+
+    def __init__(self, size: int = CLAUSE_COUNTS_SIZE) -> None:
+        self.size = size
+        self._state: tuple[int, int, int] | None = None
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        """Inside a read transaction on ``conn``: drop every count unless the database is
+        in the state they were taken in (on this connection)."""
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        state = (id(conn), version, conn.total_changes)
+        if state != self._state:
+            self._counts.clear()
+            self._state = state
+
+    def count(self, conn: sqlite3.Connection, table: str, clause: str) -> int:
+        """Rows of ``table`` holding ``clause`` (after :meth:`refresh`, in its transaction)."""
+        key = (table, clause)
+        hits = self._counts.get(key)
+        if hits is not None:
+            self._counts.move_to_end(key)
+            return hits
+        hits = int(
+            conn.execute(
+                f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
+            ).fetchone()[0]
+        )
+        self._counts[key] = hits
+        if len(self._counts) > self.size:
+            self._counts.popitem(last=False)
+        return hits
+
+    def __len__(self) -> int:
+        return len(self._counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,21 +480,16 @@ class _Bounded:
         about: bool,
         *,
         covering: frozenset[str] = frozenset(),
-        counts: dict[tuple[str, str], int] | None = None,
+        counts: ClauseCounts | None = None,
     ) -> _Bounded | None:
         total = fts_row_count(conn, table)
         if total <= 0:
             return None
-        counts = {} if counts is None else counts
+        counts = ClauseCounts() if counts is None else counts
+        counts.refresh(conn)
         counted = []
         for clause in clauses:
-            if (table, clause) not in counts:
-                counts[table, clause] = int(
-                    conn.execute(
-                        f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (clause,)
-                    ).fetchone()[0]
-                )
-            hits = counts[table, clause]
+            hits = counts.count(conn, table, clause)
             if hits > total:  # not one snapshot (a caller's own); score everything
                 return None
             idf = max(math.log((total - hits + 0.5) / (hits + 0.5)), BM25_MIN_IDF)
@@ -450,7 +519,7 @@ class _Bounded:
         """The best ``fetch`` rows as the full query returns them, or None when the
         bounds cannot vouch for them (run the full query).
 
-        At most two restricted runs: the rarest clauses that may fill the window; if the
+        At most two restricted runs: the rarer clauses (:meth:`_first_split`); if the
         bound does not vouch for them, the last row's score ``worst`` tells which split
         will: the best ``fetch`` rows of a wider set of candidates score at most
         ``worst``, so the first split whose floor lies above ``worst`` succeeds."""
@@ -476,13 +545,24 @@ class _Bounded:
         return sum(c.hits for c in self.clauses[:split])
 
     def _first_split(self, fetch: int) -> int | None:
+        """The clauses of the first run: the rarest that may fill the window (one with
+        about matches, which are candidates too), then the next while the candidates stay
+        within ``FIRST_RUN_SHARE`` of the query's postings; None when the first that may
+        fill it are more than ``_BOUND_SHARE`` of the rows."""
+        chosen = None
+        budget = FIRST_RUN_SHARE * self._candidates(len(self.clauses))
         for split in range(1, len(self.clauses)):
             candidates = self._candidates(split)
             if candidates > _BOUND_SHARE * self.rows_total:
-                return None
-            if candidates >= fetch or self.about:
-                return split
-        return None
+                break
+            if chosen is None:
+                if candidates >= fetch or self.about:
+                    chosen = split
+            elif candidates <= budget:
+                chosen = split
+            else:
+                break
+        return chosen
 
     def _floor(self, split: int) -> float:
         """The least score a row holding none of the first ``split`` clauses (and no
@@ -501,11 +581,16 @@ class _Bounded:
 
     def _restrict(self, split: int) -> tuple[str, tuple[object, ...]]:
         """The SQL condition (and its values) that keeps the rows holding one of the
-        first ``split`` clauses, and every about match."""
+        first ``split`` clauses, and every about match: one ``IN`` list of both (two
+        ``IN`` tests OR-ed cost a second probe per row of the MATCH: 41.7 against 29.2 ms
+        CPU for a 5-word query whose MATCH holds 140k rows)."""
         essential = " OR ".join(c.match for c in self.clauses[:split])
         t = self.table
         held = f"+rowid IN (SELECT rowid FROM {t} WHERE {t} MATCH ?)"
         if not self.about:
             return f" AND {held}", (essential,)
-        about = f"+rowid IN (SELECT rowid FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ?)"
-        return f" AND ({held} OR {about})", (essential, self.about)
+        either = (
+            f" AND +rowid IN (SELECT rowid FROM {t} WHERE {t} MATCH ? "
+            f"UNION ALL SELECT rowid FROM {ABOUT_TABLE} WHERE {ABOUT_TABLE} MATCH ?)"
+        )
+        return either, (essential, self.about)

@@ -147,7 +147,9 @@ def test_counts_of_another_state_than_the_row_count_fall_back_to_full_scoring(
     try:
         total = fts.fts_row_count(conn, "chunks_fts")
         clause = f'"{COMMON[0]}"'
-        stale = {("chunks_fts", clause): total + 5}
+        stale = fts.ClauseCounts()
+        stale.refresh(conn)
+        stale._counts["chunks_fts", clause] = total + 5
         plan = fts._Bounded.plan(
             conn, "chunks_fts", [clause, clause], "", 0.0, COMMON[0], False, counts=stale
         )
