@@ -25,7 +25,8 @@ The manifest (``current.json``)::
      "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
                    "hnsw": "<file>" | null, "hnsw_recall": 0.991 | null,
                    "sha256": {"<file>": "<hex digest>", ...}}],
-     "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null}
+     "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null,
+     "base_segments": 1}
 
 ``hnsw_recall`` is the recall@10 its graph measured when it was built
 (:func:`rifflux.vectors.hnsw.measure_recall`): a segment with ``"hnsw": null`` and a
@@ -41,6 +42,9 @@ stats (:func:`files_as_published`) instead of hashing it and reading every row.
 ``changes`` (optional; readers ignore it) is the position in the index's chunk change log
 (:mod:`rifflux.store.changes`) that the rows include: the next publisher reads only the
 rows logged after it.
+``base_segments`` (optional; readers ignore it; 1 when absent, as every older publisher
+wrote one base segment) is how many of the leading segments a full publish wrote: the
+others are deltas (the publisher's compaction policy, :mod:`rifflux.vectors.publish`).
 
 Integrity (formats 2 and 3): every file a segment names has its sha256 in the manifest,
 computed while the file is written (no second read). A reader verifies each file against
@@ -243,6 +247,9 @@ class Manifest:
     # The position in the index's chunk change log (rifflux.store.changes) that the rows
     # include; None when unknown (an older publisher, an index without the log).
     changes: int | None = None
+    # How many of the leading segments are base segments (written by a full publish);
+    # the rest are deltas. Only a publisher reads it.
+    base_segments: int = 1
 
     @property
     def rows(self) -> int:
@@ -282,6 +289,7 @@ class Manifest:
             ],
             "stat": {name: list(key) for name, key in self.stamps},
             "changes": self.changes,
+            "base_segments": self.base_segments,
         }
 
     @classmethod
@@ -318,6 +326,7 @@ class Manifest:
                     )
                 ),
                 changes=None if data.get("changes") is None else int(data["changes"]),
+                base_segments=int(data.get("base_segments", 1)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CacheCorrupt(f"the manifest is malformed: {exc!r}") from None
@@ -501,16 +510,35 @@ def write_segment(
     chunk_indexes: np.ndarray,
 ) -> SegmentRef:
     """Write rows (already sorted by (path, chunk_index), vectors already int8)."""
+    distinct, ordinals = np.unique(np.asarray(paths, dtype=object), return_inverse=True)
+    names = [str(p) for p in distinct]
+    return write_segment_rows(
+        directory, generation, vectors, rowids, idents, ordinals, names, chunk_indexes
+    )
+
+
+def write_segment_rows(
+    directory: Path,
+    generation: int,
+    vectors: np.ndarray,
+    rowids: np.ndarray,
+    idents: np.ndarray,
+    path_ordinals: np.ndarray,
+    path_names: Sequence[str],
+    chunk_indexes: np.ndarray,
+) -> SegmentRef:
+    """:func:`write_segment` of rows whose paths are ``path_names[path_ordinals]``:
+    ``path_names`` sorted and distinct, each the path of at least one row (no list of
+    one path a row: a publisher's rows carry ordinals)."""
     if vectors.dtype != np.int8:
         raise TypeError(f"segment rows must be int8, got {vectors.dtype}")
-    distinct, ordinals = np.unique(np.asarray(paths, dtype=object), return_inverse=True)
-    meta = segment_meta(rowids, idents, ordinals, chunk_indexes, vectors)
+    meta = segment_meta(rowids, idents, path_ordinals, chunk_indexes, vectors)
     segment_id = new_segment_id(generation)
     vec_name, meta_name, paths_name = segment_files(segment_id)
     digests = (
         (vec_name, _save_npy(directory, vec_name, np.ascontiguousarray(vectors))),
         (meta_name, _save_npy(directory, meta_name, meta)),
-        (paths_name, _save_json(directory, paths_name, [str(p) for p in distinct])),
+        (paths_name, _save_json(directory, paths_name, list(path_names))),
     )
     return SegmentRef(segment_id, len(rowids), sha256=digests)
 
@@ -653,6 +681,12 @@ def load_segment(
         except (ValueError, RuntimeError) as exc:
             raise CacheCorrupt(f"{ref.hnsw} is unreadable: {exc}") from None
     return Segment(vectors, meta, paths, dead, tuple(stamps), graph)
+
+
+def map_vectors(directory: Path, ref: SegmentRef, dim: int) -> np.ndarray:
+    """The int8 rows of a segment this process just wrote, memory-mapped (unverified:
+    a publisher builds its graphs from them without holding them in anonymous memory)."""
+    return _load_npy(directory / segment_files(ref.id)[0], "int8", (ref.rows, dim), mmap=True)
 
 
 def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:
