@@ -113,6 +113,8 @@ READABLE_FORMATS = (1, 2, 3)
 INT8_FORMAT = 3
 # Files verified by this process, keyed by (path, device, inode, size, mtime_ns, digest).
 VERIFIED_MAX = 4096
+# Bytes of a segment's array handed to the file per write (no copy of the whole array).
+WRITE_BLOCK_BYTES = 1 << 20
 
 # Columns of ``<sid>.meta.npy`` (META_SQNORM from format 3 on).
 META_ROWID, META_IDENT, META_PATH, META_INDEX, META_SQNORM = range(5)
@@ -492,7 +494,18 @@ def _write_atomically(directory: Path, name: str, write: Any) -> str:
 
 
 def _save_npy(directory: Path, name: str, array: np.ndarray) -> str:
-    return _write_atomically(directory, name, lambda fh: np.save(fh, array, allow_pickle=False))
+    return _write_atomically(directory, name, lambda fh: _write_npy(fh, array))
+
+
+def _write_npy(fh: _HashingWriter, array: np.ndarray) -> None:
+    """The bytes ``np.save`` writes (a version 1.0 header, then the C-order data), the
+    data written from the array's own memory ``WRITE_BLOCK_BYTES`` at a time: np.save
+    copies all of it into one bytes object first (a second 96 MiB for a base segment)."""
+    array = np.ascontiguousarray(array)
+    np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+    data = array.reshape(-1).data.cast("B")
+    for start in range(0, len(data), WRITE_BLOCK_BYTES):
+        fh.write(data[start : start + WRITE_BLOCK_BYTES])
 
 
 def _save_json(directory: Path, name: str, data: Any) -> str:
