@@ -30,13 +30,30 @@ index without the log, or more log entries than ``LIST_ALL_FRACTION`` of the cac
 looked up. After writing the manifest it prunes the log entries the manifest includes.
 One :class:`Publish` owns one publish under the lock: its ``run`` is the steps, in order.
 
-Compaction policy (the three constants below):
+Segments: the manifest's first ``base_segments`` segments are base segments, written
+by a full publish, the rest deltas. A full publish (the first one, a repair, a full
+rewrite) writes the rows, in (path, chunk_index) order, as base segments of
+``BASE_SEGMENT_ROWS`` rows (the last one the remainder), one at a time: a segment's
+vectors are read from the database block-wise (``READ_BLOCK_ROWS``) or copied from the
+reused segments, written, and dropped before the next segment's are read, and the
+listing is compact (int64 columns, each path once): so a publish's memory is one
+segment's rows plus ~80 bytes a row, not every row's vector (issue 22: 761 -> ~150 MiB
+peak RSS at 800k rows, BENCHMARKS.md "A publish in bounded memory"). Graphs are built
+after the read transaction, from the written segments memory-mapped, one at a time.
+Searches merge every segment's top k exactly (:mod:`rifflux.vectors.scan`), so how the
+rows are split changes no exact result.
+
+Compaction policy (the constants below):
 
 * full rewrite: when delta rows + tombstones would exceed ``COMPACT_FRACTION`` of the
-  base segment's rows, all live rows are rewritten as one new base segment;
-* fold: when a new delta would make more than ``MAX_SEGMENTS`` segments, every delta
-  segment is rewritten together with the new rows as one delta (the base is kept);
+  base segments' rows, all live rows are rewritten as new base segments;
+* fold: when a new delta would make more than ``MAX_SEGMENTS`` segments, the base
+  segments counted as one, every delta segment is rewritten together with the new rows
+  as one delta (the base segments are kept);
 * otherwise the new rows are appended as one more delta segment.
+
+A delta or a fold is one segment whatever its size: at most ``COMPACT_FRACTION`` of the
+base rows (beyond that the publish is a full rewrite).
 
 Reader safety of deleting old files: a reader reads the manifest in one ``read()``
 (``os.replace`` makes it see either the old or the new file, never a mix) and then
@@ -113,7 +130,7 @@ from rifflux.vectors.segments import (
     vectors_dir,
     write_dead,
     write_manifest,
-    write_segment_rows,
+    write_segment_blocks,
 )
 
 log = structlog.get_logger(__name__)
@@ -574,9 +591,10 @@ class Publish:
         (call inside the read transaction: it reads the vectors the cache lacks).
 
         A full publish writes its rows as base segments of ``BASE_SEGMENT_ROWS`` at most;
-        a delta or a fold writes one delta segment. Each new segment's vectors are
-        gathered (:func:`_gather_vectors`), written and dropped before the next one's are
-        read; the segment comes back memory-mapped, for its graph."""
+        a delta or a fold writes one delta segment. A segment's vectors are gathered
+        (:func:`_gather_vectors`) ``READ_BLOCK_ROWS`` at a time, each block written
+        (:func:`~rifflux.vectors.segments.write_segment_blocks`) and dropped before the
+        next is read; the segment comes back memory-mapped, for its graph."""
         plan, db = read.plan, read.db
         refs = list(self.current.segments) if self.reusable and self.current is not None else []
         kept: list[tuple[SegmentRef, np.ndarray]] = []
@@ -592,19 +610,22 @@ class Publish:
         step = BASE_SEGMENT_ROWS if full else max(1, take.shape[0])
         for start in range(0, take.shape[0], step):
             part = take[start : start + step]
-            vectors = _gather_vectors(self.conn, self.segments, plan, db, part)
+            blocks = (
+                _gather_vectors(self.conn, self.segments, plan, db, part[at : at + READ_BLOCK_ROWS])
+                for at in range(0, part.shape[0], READ_BLOCK_ROWS)
+            )
             ordinals, names = _local_paths(db, part)
-            ref = write_segment_rows(
+            ref = write_segment_blocks(
                 self.directory,
                 db.generation,
-                vectors,
+                db.dim,
+                blocks,
                 db.rowids[part],
                 db.idents[part],
                 ordinals,
                 names,
                 db.chunk_indexes[part],
             )
-            del vectors
             kept.append((ref, map_vectors(self.directory, ref, db.dim)))
         bases = len(kept) if full else sum(i not in plan.rewrite for i in range(plan.bases))
         return _Written(kept, bases)

@@ -78,7 +78,7 @@ import os
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -503,7 +503,12 @@ def _write_npy(fh: _HashingWriter, array: np.ndarray) -> None:
     copies all of it into one bytes object first (a second 96 MiB for a base segment)."""
     array = np.ascontiguousarray(array)
     np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
-    data = array.reshape(-1).data.cast("B")
+    _write_data(fh, array)
+
+
+def _write_data(fh: _HashingWriter, array: np.ndarray) -> None:
+    """The C-order bytes of ``array``, ``WRITE_BLOCK_BYTES`` a write, without a copy."""
+    data = np.ascontiguousarray(array).reshape(-1).data.cast("B")
     for start in range(0, len(data), WRITE_BLOCK_BYTES):
         fh.write(data[start : start + WRITE_BLOCK_BYTES])
 
@@ -543,17 +548,67 @@ def write_segment_rows(
     """:func:`write_segment` of rows whose paths are ``path_names[path_ordinals]``:
     ``path_names`` sorted and distinct, each the path of at least one row (no list of
     one path a row: a publisher's rows carry ordinals)."""
-    if vectors.dtype != np.int8:
-        raise TypeError(f"segment rows must be int8, got {vectors.dtype}")
-    meta = segment_meta(rowids, idents, path_ordinals, chunk_indexes, vectors)
+    return write_segment_blocks(
+        directory,
+        generation,
+        vectors.shape[1] if vectors.ndim == 2 else 0,
+        [vectors],
+        rowids,
+        idents,
+        path_ordinals,
+        path_names,
+        chunk_indexes,
+    )
+
+
+def write_segment_blocks(
+    directory: Path,
+    generation: int,
+    dim: int,
+    blocks: Iterable[np.ndarray],
+    rowids: np.ndarray,
+    idents: np.ndarray,
+    path_ordinals: np.ndarray,
+    path_names: Sequence[str],
+    chunk_indexes: np.ndarray,
+) -> SegmentRef:
+    """:func:`write_segment_rows` of int8 rows that come in ``blocks``, in order: each
+    block is written and its squared norms taken as it comes, so a publisher holds one
+    block of a segment's rows, never all of them. The files are byte for byte those of
+    the same rows written at once."""
+    rows = len(rowids)
+    sqnorms = np.empty(rows, dtype=np.int64)
+
+    def write_rows(fh: _HashingWriter) -> None:
+        header = np.lib.format.header_data_from_array_1_0(np.empty((0, dim), np.int8))
+        np.lib.format.write_array_header_1_0(fh, {**header, "shape": (rows, dim)})
+        at = 0
+        for block in blocks:
+            if block.dtype != np.int8:
+                raise TypeError(f"segment rows must be int8, got {block.dtype}")
+            if block.shape[1:] != (dim,) or at + block.shape[0] > rows:
+                raise ValueError(f"a block of {block.shape} does not fit {rows} x {dim} rows")
+            sqnorms[at : at + block.shape[0]] = squared_norms(block)
+            _write_data(fh, block)
+            at += block.shape[0]
+        if at != rows:
+            raise ValueError(f"the blocks held {at} rows, not {rows}")
+
     segment_id = new_segment_id(generation)
     vec_name, meta_name, paths_name = segment_files(segment_id)
+    vec_digest = _write_atomically(directory, vec_name, write_rows)
+    meta = np.empty((rows, META_COLUMNS), dtype=np.int64)
+    meta[:, META_ROWID] = rowids
+    meta[:, META_IDENT] = idents
+    meta[:, META_PATH] = path_ordinals
+    meta[:, META_INDEX] = chunk_indexes
+    meta[:, META_SQNORM] = sqnorms
     digests = (
-        (vec_name, _save_npy(directory, vec_name, np.ascontiguousarray(vectors))),
+        (vec_name, vec_digest),
         (meta_name, _save_npy(directory, meta_name, meta)),
         (paths_name, _save_json(directory, paths_name, list(path_names))),
     )
-    return SegmentRef(segment_id, len(rowids), sha256=digests)
+    return SegmentRef(segment_id, rows, sha256=digests)
 
 
 def write_dead(directory: Path, segment_id: str, positions: np.ndarray) -> tuple[str, str]:

@@ -204,3 +204,24 @@ def test_segment_arrays_are_written_as_the_bytes_np_save_writes(tmp_path: Path) 
         written = (tmp_path / name).read_bytes()
         assert written == (tmp_path / f"ref-{name}").read_bytes()
         assert digest == hashlib.sha256(written).hexdigest()
+
+
+def test_a_segment_written_in_blocks_is_the_segment_written_at_once(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    rows = 1_000
+    vectors = rng.integers(-127, 128, size=(rows, DIM), dtype=np.int8)
+    ids = np.arange(rows, dtype=np.int64)
+    columns = (ids, ids * 7, ids // 10, ids % 10)
+    names = [f"p{i:03d}.md" for i in range(100)]
+    whole = segments.write_segment_rows(tmp_path, 1, vectors, *columns[:3], names, columns[3])
+    blocks = (vectors[at : at + 300] for at in range(0, rows, 300))
+    parts = segments.write_segment_blocks(tmp_path, 1, DIM, blocks, *columns[:3], names, columns[3])
+    for mine, theirs in zip(
+        segments.segment_files(parts.id), segments.segment_files(whole.id), strict=True
+    ):
+        assert (tmp_path / mine).read_bytes() == (tmp_path / theirs).read_bytes()
+    assert [d for _, d in parts.sha256] == [d for _, d in whole.sha256]
+    with pytest.raises(ValueError, match="not 1000"):
+        segments.write_segment_blocks(
+            tmp_path, 1, DIM, [vectors[:10]], *columns[:3], names, columns[3]
+        )
