@@ -14,6 +14,10 @@ full rewrite by compaction do) in a child process per code version: ``--before P
 runs it first with ``PYTHONPATH=PATH`` (an older checkout), then with this checkout. Each
 child reports its peak RSS (VmHWM), its anonymous and file-backed RSS at the end, its
 CPU seconds (user + system) and wall seconds, and the segments it wrote.
+
+``front`` (after the publishes, on the cache the last one left, for each code version):
+a reader process's cache status, thorough status (``rifflux status --check``: every
+row's identity against the database) and 20 semantic searches, with the same figures.
 """
 
 from __future__ import annotations
@@ -37,14 +41,31 @@ from rifflux.store.schema import SCHEMA_SQL
 MODEL, DIM, CHUNKS_PER_FILE = "hash:384", 384, 8
 BLOCK_FILES = 5_000
 
-CHILD = """
+PRELUDE = """
 import json, resource, sys, time
 from pathlib import Path
+import numpy as np
 import rifflux
-from rifflux.vectors.publish import publish
 db, mode = Path(sys.argv[1]), sys.argv[2]
 started = time.perf_counter()
+"""
+PUBLISH = """
+from rifflux.vectors.publish import publish
 result = publish(db, source="bench", full=True, vector_index=mode)
+out = {"rows": result.manifest.rows, "segments": [s.rows for s in result.manifest.segments]}
+"""
+FRONT = """
+from rifflux.store.connection import open_index_readonly
+from rifflux.vectors.cache import VectorCache
+conn = open_index_readonly(db)
+cache = VectorCache(vector_index=mode)
+out = {"status": cache.status(conn, db)["state"],
+       "thorough": cache.status(conn, db, thorough=True)["state"]}
+queries = np.random.default_rng(3).standard_normal((20, 384))
+hits = [cache.search(conn, db, "hash:384", q, 10) for q in queries]
+out["hits"] = sum(len(h) for h in hits)
+"""
+EPILOGUE = """
 wall = time.perf_counter() - started
 usage = resource.getrusage(resource.RUSAGE_SELF)
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -52,8 +73,7 @@ mib = lambda key: round(int(status[key].split()[0]) / 1024)
 print(json.dumps({"peak_rss_mib": mib("VmHWM"), "end_rss_anon_mib": mib("RssAnon"),
                   "end_rss_file_mib": mib("RssFile"),
                   "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "wall_s": round(wall, 2),
-                  "rows": result.manifest.rows, "code": str(Path(rifflux.__file__).parents[1]),
-                  "segments": [s.rows for s in result.manifest.segments]}))
+                  "code": str(Path(rifflux.__file__).parents[1]), **out}))
 """
 
 
@@ -113,16 +133,20 @@ def build_index(db_path: Path, rows: int) -> None:
     conn.close()
 
 
-def run_publish(db_path: Path, mode: str, pythonpath: str | None) -> dict[str, object]:
-    """One full publish in a fresh child process (its cache removed first)."""
-    shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)
+def run_child(db_path: Path, mode: str, pythonpath: str | None, step: str) -> dict[str, object]:
+    """One step in a fresh child process: ``publish`` (a full publish, the cache removed
+    first) or ``front`` (a reader: cache status, thorough status, 20 semantic searches,
+    on the cache the last publish left)."""
+    if step == "publish":
+        shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)
+    code = PRELUDE + (PUBLISH if step == "publish" else FRONT) + EPILOGUE
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     else:
         env.pop("PYTHONPATH", None)
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(db_path), mode],
+        [sys.executable, "-c", code, str(db_path), mode],
         capture_output=True,
         text=True,
         check=True,
@@ -140,6 +164,7 @@ def main() -> int:
     parser.add_argument("--mode", default="exact", help="vector_index: exact, auto, hnsw")
     parser.add_argument("--before", help="an older checkout, run first with PYTHONPATH")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--steps", nargs="*", default=["publish", "front"])
     args = parser.parse_args()
     db_path = args.workdir / f"index-{args.rows}" / "index.db"
     print(
@@ -151,10 +176,11 @@ def main() -> int:
         build_index(db_path, args.rows)
         print(f"built {db_path} ({args.rows} rows) in {time.perf_counter() - started:.0f} s")
     versions = ([("before", args.before)] if args.before else []) + [("after", None)]
-    for i in range(args.repeat):
-        for name, path in versions:
-            result = run_publish(db_path, args.mode, path)
-            print(f"{name} #{i + 1} ({path or 'this checkout'}): {json.dumps(result)}")
+    for step in args.steps:
+        for i in range(args.repeat):
+            for name, path in versions:
+                result = run_child(db_path, args.mode, path, step)
+                print(f"{step} {name} #{i + 1} ({path or 'this checkout'}): {json.dumps(result)}")
     print(f"load at end {os.getloadavg()}")
     return 0
 

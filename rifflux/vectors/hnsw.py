@@ -32,7 +32,7 @@ Invariants:
   it. The check cost 2.2 s of CPU at 200k rows, ~0.5 % of the build (400-550 s).
 * **Deleted chunks never come back.** A graph indexes its segment's rows as they were
   written; tombstones are applied to its candidates exactly as to a scan, and a full
-  rewrite builds a new graph for the new base segment.
+  rewrite builds a new graph for each new base segment.
 * **Exact scores.** The graph only proposes candidates (``max(limit, ef)`` of them);
   they are rescored with the exact int8 cosine (:mod:`rifflux.vectors.quantize`) and
   ordered with the (path, chunk_index) tie-break, so a reported ``cosine`` is exact and

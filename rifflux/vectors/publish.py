@@ -33,13 +33,14 @@ One :class:`Publish` owns one publish under the lock: its ``run`` is the steps, 
 Segments: the manifest's first ``base_segments`` segments are base segments, written
 by a full publish, the rest deltas. A full publish (the first one, a repair, a full
 rewrite) writes the rows, in (path, chunk_index) order, as base segments of
-``BASE_SEGMENT_ROWS`` rows (the last one the remainder), one at a time: a segment's
-vectors are read from the database block-wise (``READ_BLOCK_ROWS``) or copied from the
-reused segments, written, and dropped before the next segment's are read, and the
-listing is compact (int64 columns, each path once): so a publish's memory is one
-segment's rows plus ~80 bytes a row, not every row's vector (issue 22: 761 -> ~150 MiB
-peak RSS at 800k rows, BENCHMARKS.md "A publish in bounded memory"). Graphs are built
-after the read transaction, from the written segments memory-mapped, one at a time.
+``BASE_SEGMENT_ROWS`` rows (the last one the remainder), one at a time, and each
+segment's vectors ``READ_BLOCK_ROWS`` at a time: read from the database or copied from
+the reused segments, written, and dropped before the next block is read. The listing is
+compact (int64 columns, each path once, read row by row from the cursor). So a full
+publish holds one block of vectors and ~80 bytes a row, not every row's vector and a
+Python object per row (issue 22, 800k rows: 759 -> 137 MiB peak RSS, BENCHMARKS.md "A
+full publish in bounded memory"). Graphs are built after the read transaction, one
+segment at a time, from the written segment memory-mapped.
 Searches merge every segment's top k exactly (:mod:`rifflux.vectors.scan`), so how the
 rows are split changes no exact result.
 
@@ -142,11 +143,12 @@ COMPACT_FRACTION = 0.2
 # the base segments counted as one (so at most MAX_SEGMENTS - 1 deltas at any size).
 MAX_SEGMENTS = 8
 # Rows of one base segment: a full publish writes the rows in segments of at most this
-# many, each read (its vectors, block-wise), written and released before the next, so its
-# peak memory is one segment's rows (96 MiB of int8 at 384 dimensions), not the corpus's
-# (303 MB at 789k rows). 2**18 is above HNSW_MIN_ROWS (200k, rifflux.vectors.hnsw): under
-# ``auto`` every full base segment is big enough for a graph, one per 256k rows, and only
-# the last one (the remainder) may be small enough to be scanned exactly instead.
+# many. The rows themselves go through memory a block at a time whatever this is; it
+# bounds what one graph build holds (usearch keeps its segment's rows and links: a whole
+# 789k-row segment was one graph, now at most 96 MiB of int8 rows at 384 dimensions).
+# 2**18 is above HNSW_MIN_ROWS (200k, rifflux.vectors.hnsw): under ``auto`` every full
+# base segment gets a graph, one per 256k rows, and only the last one (the remainder) may
+# be small enough to be scanned exactly instead; halves of 262k would get none.
 BASE_SEGMENT_ROWS = 262_144
 # List every row instead of the logged ones when the change log holds more entries since
 # the manifest than this fraction of its rows (a large job: ~2 entries per rewritten
