@@ -15,6 +15,10 @@ runs it first with ``PYTHONPATH=PATH`` (an older checkout), then with this check
 child reports its peak RSS (VmHWM), its anonymous and file-backed RSS at the end, its
 CPU seconds (user + system) and wall seconds, and the segments it wrote.
 
+``rewrite``: a full rewrite by compaction (no row changed, ``COMPACT_FRACTION`` set
+below 0 in the child, the generation bumped): every row taken from the segments a full
+publish by the same code wrote just before, in its own child.
+
 ``front`` (after the publishes, on the cache the last one left, for each code version):
 a reader process's cache status, thorough status (``rifflux status --check``: every
 row's identity against the database) and 20 semantic searches, with the same figures.
@@ -53,6 +57,17 @@ PUBLISH = """
 from rifflux.vectors.publish import publish
 result = publish(db, source="bench", full=True, vector_index=mode)
 out = {"rows": result.manifest.rows, "segments": [s.rows for s in result.manifest.segments]}
+"""
+REWRITE = """
+import sqlite3
+from rifflux.vectors import publish as publish_module
+with sqlite3.connect(db) as conn:
+    conn.execute("UPDATE index_metadata SET value = CAST(value AS INTEGER) + 1 "
+                 "WHERE key = 'generation'")
+publish_module.COMPACT_FRACTION = -1.0
+result = publish_module.publish(db, source="bench", vector_index=mode)
+out = {"action": result.action, "rows": result.manifest.rows,
+       "segments": [s.rows for s in result.manifest.segments]}
 """
 FRONT = """
 from rifflux.store.connection import open_index_readonly
@@ -135,11 +150,15 @@ def build_index(db_path: Path, rows: int) -> None:
 
 def run_child(db_path: Path, mode: str, pythonpath: str | None, step: str) -> dict[str, object]:
     """One step in a fresh child process: ``publish`` (a full publish, the cache removed
-    first) or ``front`` (a reader: cache status, thorough status, 20 semantic searches,
-    on the cache the last publish left)."""
+    first), ``rewrite`` (a full rewrite by compaction of the cache a ``publish`` by the
+    same code just wrote: the generation bumped, ``COMPACT_FRACTION`` below 0, so every
+    row is rewritten from the segments) or ``front`` (a reader: cache status, thorough
+    status, 20 semantic searches, on the cache the last publish left)."""
     if step == "publish":
         shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)
-    code = PRELUDE + (PUBLISH if step == "publish" else FRONT) + EPILOGUE
+    if step == "rewrite":
+        run_child(db_path, mode, pythonpath, "publish")
+    code = PRELUDE + {"publish": PUBLISH, "rewrite": REWRITE, "front": FRONT}[step] + EPILOGUE
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -164,7 +183,7 @@ def main() -> int:
     parser.add_argument("--mode", default="exact", help="vector_index: exact, auto, hnsw")
     parser.add_argument("--before", help="an older checkout, run first with PYTHONPATH")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--steps", nargs="*", default=["publish", "front"])
+    parser.add_argument("--steps", nargs="*", default=["publish", "rewrite", "front"])
     args = parser.parse_args()
     db_path = args.workdir / f"index-{args.rows}" / "index.db"
     print(

@@ -120,6 +120,7 @@ from rifflux.vectors.segments import (
     StatKey,
     attach_hnsw,
     check_hnsw,
+    drop_pages,
     files_as_published,
     format_is_current,
     live_column,
@@ -647,6 +648,7 @@ class Publish:
                         ref = attach_hnsw(self.directory, ref, rows)
                 else:
                     ref = attach_hnsw(self.directory, ref, rows)
+                drop_pages(rows)
             refs.append(ref)
         return refs
 
@@ -882,7 +884,8 @@ def _gather_vectors(
 ) -> np.ndarray:
     """The int8 rows of ``db``'s rows at ``part`` (one new segment's, in database order):
     read from the database (:func:`read_vectors`) where the cache lacks them, copied
-    from the reused segments otherwise (call inside the read transaction)."""
+    from the reused segments otherwise, whose mapped pages are then dropped
+    (:func:`~rifflux.vectors.segments.drop_pages`; call inside the read transaction)."""
     src = plan.source[part]
     new_rows = src < 0
     if new_rows.all():
@@ -893,6 +896,7 @@ def _gather_vectors(
     for i in np.unique(src[~new_rows]):
         mine = src == i
         out[mine] = segments[int(i)].vectors[plan.position[part[mine]]]
+        drop_pages(segments[int(i)].vectors)
     return out
 
 
