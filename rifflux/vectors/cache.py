@@ -213,9 +213,8 @@ def memory_view(conn: sqlite3.Connection, model: str) -> CacheView:
             else np.zeros((0, db.dim), np.int8)
         )
         uid = get_metadata(conn, INDEX_UID_KEY) or ""
-    distinct, ordinals = np.unique(np.asarray(db.paths, dtype=object), return_inverse=True)
-    meta = segment_meta(db.rowids, db.idents, ordinals, db.chunk_indexes, vectors)
-    segment = Segment(vectors, meta, tuple(str(p) for p in distinct))
+    meta = segment_meta(db.rowids, db.idents, db.path_ordinals, db.chunk_indexes, vectors)
+    segment = Segment(vectors, meta, tuple(db.path_names))
     manifest = Manifest(uid, db.generation, db.model, db.dim, "memory", (), time.time())
     return CacheView(manifest, (segment,), None)
 

@@ -30,13 +30,31 @@ index without the log, or more log entries than ``LIST_ALL_FRACTION`` of the cac
 looked up. After writing the manifest it prunes the log entries the manifest includes.
 One :class:`Publish` owns one publish under the lock: its ``run`` is the steps, in order.
 
-Compaction policy (the three constants below):
+Segments: the manifest's first ``base_segments`` segments are base segments, written
+by a full publish, the rest deltas. A full publish (the first one, a repair, a full
+rewrite) writes the rows, in (path, chunk_index) order, as base segments of
+``BASE_SEGMENT_ROWS`` rows (the last one the remainder), one at a time, and each
+segment's vectors ``READ_BLOCK_ROWS`` at a time: read from the database or copied from
+the reused segments, written, and dropped before the next block is read. The listing is
+compact (int64 columns, each path once, read row by row from the cursor). So a full
+publish holds one block of vectors and ~80 bytes a row, not every row's vector and a
+Python object per row (issue 22, 800k rows: 759 -> 137 MiB peak RSS, BENCHMARKS.md "A
+full publish in bounded memory"). Graphs are built after the read transaction, one
+segment at a time, from the written segment memory-mapped.
+Searches merge every segment's top k exactly (:mod:`rifflux.vectors.scan`), so how the
+rows are split changes no exact result.
+
+Compaction policy (the constants below):
 
 * full rewrite: when delta rows + tombstones would exceed ``COMPACT_FRACTION`` of the
-  base segment's rows, all live rows are rewritten as one new base segment;
-* fold: when a new delta would make more than ``MAX_SEGMENTS`` segments, every delta
-  segment is rewritten together with the new rows as one delta (the base is kept);
+  base segments' rows, all live rows are rewritten as new base segments;
+* fold: when a new delta would make more than ``MAX_SEGMENTS`` segments, the base
+  segments counted as one, every delta segment is rewritten together with the new rows
+  as one delta (the base segments are kept);
 * otherwise the new rows are appended as one more delta segment.
+
+A delta or a fold is one segment whatever its size: at most ``COMPACT_FRACTION`` of the
+base rows (beyond that the publish is a full rewrite).
 
 Reader safety of deleting old files: a reader reads the manifest in one ``read()``
 (``os.replace`` makes it see either the old or the new file, never a mix) and then
@@ -67,7 +85,8 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,17 +120,19 @@ from rifflux.vectors.segments import (
     StatKey,
     attach_hnsw,
     check_hnsw,
+    drop_pages,
     files_as_published,
     format_is_current,
     live_column,
     load_segment,
+    map_vectors,
     read_manifest,
     row_ident,
     stat_key,
     vectors_dir,
     write_dead,
     write_manifest,
-    write_segment,
+    write_segment_blocks,
 )
 
 log = structlog.get_logger(__name__)
@@ -119,8 +140,17 @@ log = structlog.get_logger(__name__)
 # Rewrite everything as one base segment when delta rows + tombstones exceed this
 # fraction of the base segment's rows.
 COMPACT_FRACTION = 0.2
-# Fold all delta segments into one when a publish would leave more segments than this.
+# Fold all delta segments into one when a publish would leave more segments than this,
+# the base segments counted as one (so at most MAX_SEGMENTS - 1 deltas at any size).
 MAX_SEGMENTS = 8
+# Rows of one base segment: a full publish writes the rows in segments of at most this
+# many. The rows themselves go through memory a block at a time whatever this is; it
+# bounds what one graph build holds (usearch keeps its segment's rows and links: a whole
+# 789k-row segment was one graph, now at most 96 MiB of int8 rows at 384 dimensions).
+# 2**18 is above HNSW_MIN_ROWS (200k, rifflux.vectors.hnsw): under ``auto`` every full
+# base segment gets a graph, one per 256k rows, and only the last one (the remainder) may
+# be small enough to be scanned exactly instead; halves of 262k would get none.
+BASE_SEGMENT_ROWS = 262_144
 # List every row instead of the logged ones when the change log holds more entries since
 # the manifest than this fraction of its rows (a large job: ~2 entries per rewritten
 # chunk; listing reads a row in ~6 us, a lookup by rowid costs more).
@@ -147,14 +177,18 @@ class PublishResult:
 
 @dataclass(slots=True)
 class DbRows:
-    """The chunk rows that have a vector of the index's model, sorted by (path, index)."""
+    """The chunk rows that have a vector of the index's model, sorted by (path, index).
+
+    A row's path is ``path_names[path_ordinals[row]]``: ``path_names`` sorted and
+    distinct (one str a row was ~100 bytes a row, 80 MB at 789k rows)."""
 
     generation: int
     model: str | None
     dim: int
     rowids: np.ndarray
     idents: np.ndarray
-    paths: list[str]
+    path_ordinals: np.ndarray
+    path_names: list[str]
     chunk_indexes: np.ndarray
 
 
@@ -191,7 +225,7 @@ def index_head(conn: sqlite3.Connection) -> tuple[int, str | None, int]:
 def list_rows(conn: sqlite3.Connection, generation: int, model: str | None, dim: int) -> DbRows:
     """Every chunk row with a ``model`` vector (call inside the read transaction)."""
     return _db_rows(
-        generation, model, dim, IndexReader(conn).vector_rows(model, dim) if model else []
+        generation, model, dim, IndexReader(conn).vector_rows(model, dim) if model else ()
     )
 
 
@@ -208,18 +242,33 @@ def changed_rows(
     return changed, _db_rows(generation, model, dim, rows)
 
 
-def _db_rows(generation: int, model: str | None, dim: int, rows: list[sqlite3.Row]) -> DbRows:
-    """:class:`DbRows` of (rowid, path, chunk_index, embed hash) rows, in their order."""
-    n = len(rows)
+def _db_rows(generation: int, model: str | None, dim: int, rows: Iterable[sqlite3.Row]) -> DbRows:
+    """:class:`DbRows` of (rowid, path, chunk_index, embed hash) rows sorted by (path,
+    chunk_index), in their order, read one at a time into compact int64 arrays."""
+    rowids, idents, ordinals, indexes = array("q"), array("q"), array("q"), array("q")
+    names: list[str] = []
+    for rowid, path, chunk_index, embed_sha256 in rows:
+        if not names or path != names[-1]:
+            names.append(path)
+        rowids.append(rowid)
+        idents.append(row_ident(rowid, path, chunk_index, embed_sha256))
+        ordinals.append(len(names) - 1)
+        indexes.append(chunk_index)
     return DbRows(
         generation=generation,
         model=model,
         dim=dim,
-        rowids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
-        idents=np.fromiter((row_ident(r[0], r[1], r[2], r[3]) for r in rows), np.int64, n),
-        paths=[r[1] for r in rows],
-        chunk_indexes=np.fromiter((r[2] for r in rows), dtype=np.int64, count=n),
+        rowids=_int64(rowids),
+        idents=_int64(idents),
+        path_ordinals=_int64(ordinals),
+        path_names=names,
+        chunk_indexes=_int64(indexes),
     )
+
+
+def _int64(values: array[int]) -> np.ndarray:
+    """An int64 array of ``values`` (sharing its buffer)."""
+    return np.frombuffer(values, dtype=np.int64) if values else np.zeros(0, np.int64)
 
 
 def list_rowids(conn: sqlite3.Connection, model: str | None, dim: int) -> np.ndarray:
@@ -395,15 +444,24 @@ def _restamped(directory: Path, manifest: Manifest, segments: list[Segment]) -> 
 
 @dataclass(slots=True)
 class _Read:
-    """What a publish read in its one read transaction: the database's rows, the plan
-    that diffs them against the reused segments, and the vectors the cache lacked."""
+    """What a publish read in its one read transaction: the database's rows and the plan
+    that diffs them against the reused segments (the vectors the cache lacks are read
+    segment by segment, in the same transaction, by :meth:`Publish.write_segments`)."""
 
     db: DbRows
     plan: _Plan
-    fetched: np.ndarray
     # Chunk rows looked up (PublishResult.rows_read), and whether that was every row.
     rows_read: int
     listed: bool
+
+
+@dataclass(slots=True)
+class _Written:
+    """The segments of the new manifest, each with its int8 rows (memory-mapped) to build
+    a graph from, and how many of the leading ones are base segments."""
+
+    segments: list[tuple[SegmentRef, np.ndarray]]
+    bases: int
 
 
 class Publish:
@@ -413,8 +471,9 @@ class Publish:
     1. :meth:`open_current`: the current manifest and its verified segments, or why they
        may not be reused;
     2. in one read transaction, :meth:`unchanged` (the cache already is the database's
-       generation: nothing to write) or :meth:`read_rows` (rows, plan, missing vectors);
-    3. :meth:`write_segments`: new tombstones of kept segments, then the new segment;
+       generation: nothing to write) or :meth:`read_rows` (rows and plan), then
+    3. :meth:`write_segments`: new tombstones of kept segments, then the new segments,
+       one at a time (their missing vectors read from the same snapshot);
     4. :meth:`attach_graphs`: an HNSW graph for each segment the mode wants one for,
        its recall measured and the graph refused below ``RECALL_FLOOR``;
     5. :meth:`write_manifest`, then :meth:`collect_garbage` of files neither the new nor
@@ -450,8 +509,9 @@ class Publish:
             if unchanged is not None:
                 return unchanged
             read = self.read_rows(generation, model, dim)
-        refs = self.attach_graphs(self.write_segments(read))
-        manifest = self.write_manifest(read.db, refs)
+            written = self.write_segments(read)
+        refs = self.attach_graphs(written.segments)
+        manifest = self.write_manifest(read.db, refs, written.bases)
         self.collect_garbage(manifest)
         self.prune_log(manifest)
         return self.report(manifest, read)
@@ -505,32 +565,39 @@ class Publish:
             return None
         return current.changes
 
+    def bases(self) -> int:
+        """How many of the reused segments are base segments (the rest are deltas)."""
+        if self.current is None:
+            return 0
+        return min(self.current.base_segments, len(self.segments))
+
     def read_rows(self, generation: int, model: str | None, dim: int) -> _Read:
-        """The rows that go into the new segment, the plan against the reused segments,
-        and the vectors of the rows the cache lacks (call inside the read transaction):
-        from the rows logged since the manifest's position (:func:`changed_rows`,
-        :func:`_plan_changes`), or from every row (:func:`list_rows`, :func:`_plan`)."""
+        """The rows that go into the new segments and the plan against the reused
+        segments (call inside the read transaction): from the rows logged since the
+        manifest's position (:func:`changed_rows`, :func:`_plan_changes`), or from every
+        row (:func:`list_rows`, :func:`_plan`)."""
         if not self.reusable:
             self.segments = []
         since = self.log_position()
         if since is None or not model:
             db = list_rows(self.conn, generation, model, dim)
-            plan = _plan(self.segments, db)
+            plan = _plan(self.segments, self.bases(), db)
             rows_read, listed = int(db.rowids.shape[0]), True
         else:
             changed, fresh = changed_rows(self.conn, generation, model, dim, since)
-            plan, db = _plan_changes(self.segments, changed, fresh)
+            plan, db = _plan_changes(self.segments, self.bases(), changed, fresh)
             rows_read, listed = int(changed.shape[0]), False
-        fetched = (
-            read_vectors(self.conn, db.rowids[plan.added], db.model, db.dim)
-            if db.model and plan.added.any()
-            else np.zeros((0, db.dim), np.int8)
-        )
-        return _Read(db, plan, fetched, rows_read, listed)
+        return _Read(db, plan, rows_read, listed)
 
-    def write_segments(self, read: _Read) -> list[tuple[SegmentRef, np.ndarray]]:
-        """Each segment of the new manifest with its int8 rows (to build a graph from):
-        the kept segments, with a new tombstone file where rows died, then the new one."""
+    def write_segments(self, read: _Read) -> _Written:
+        """The kept segments, with a new tombstone file where rows died, then the new ones
+        (call inside the read transaction: it reads the vectors the cache lacks).
+
+        A full publish writes its rows as base segments of ``BASE_SEGMENT_ROWS`` at most;
+        a delta or a fold writes one delta segment. A segment's vectors are gathered
+        (:func:`_gather_vectors`) ``READ_BLOCK_ROWS`` at a time, each block written
+        (:func:`~rifflux.vectors.segments.write_segment_blocks`) and dropped before the
+        next is read; the segment comes back memory-mapped, for its graph."""
         plan, db = read.plan, read.db
         refs = list(self.current.segments) if self.reusable and self.current is not None else []
         kept: list[tuple[SegmentRef, np.ndarray]] = []
@@ -541,20 +608,30 @@ class Publish:
                 dead_name, digest = write_dead(self.directory, ref.id, plan.dead[i])
                 ref = ref.with_dead(dead_name, digest, int(plan.dead[i].shape[0]))
             kept.append((ref, self.segments[i].vectors))
-        take = plan.into_new
-        if take.any():
-            vectors = _gather_vectors(self.segments, plan, read.fetched, db.dim)
-            ref = write_segment(
+        take = np.flatnonzero(plan.into_new)
+        full = plan.action == "full"
+        step = BASE_SEGMENT_ROWS if full else max(1, take.shape[0])
+        for start in range(0, take.shape[0], step):
+            part = take[start : start + step]
+            blocks = (
+                _gather_vectors(self.conn, self.segments, plan, db, part[at : at + READ_BLOCK_ROWS])
+                for at in range(0, part.shape[0], READ_BLOCK_ROWS)
+            )
+            ordinals, names = _local_paths(db, part)
+            ref = write_segment_blocks(
                 self.directory,
                 db.generation,
-                vectors,
-                db.rowids[take],
-                db.idents[take],
-                [p for p, t in zip(db.paths, take, strict=True) if t],
-                db.chunk_indexes[take],
+                db.dim,
+                blocks,
+                db.rowids[part],
+                db.idents[part],
+                ordinals,
+                names,
+                db.chunk_indexes[part],
             )
-            kept.append((ref, vectors))
-        return kept
+            kept.append((ref, map_vectors(self.directory, ref, db.dim)))
+        bases = len(kept) if full else sum(i not in plan.rewrite for i in range(plan.bases))
+        return _Written(kept, bases)
 
     def attach_graphs(self, kept: list[tuple[SegmentRef, np.ndarray]]) -> list[SegmentRef]:
         """The refs of ``kept``, each with the HNSW graph the mode wants it to have, its
@@ -571,11 +648,13 @@ class Publish:
                         ref = attach_hnsw(self.directory, ref, rows)
                 else:
                     ref = attach_hnsw(self.directory, ref, rows)
+                drop_pages(rows)
             refs.append(ref)
         return refs
 
-    def write_manifest(self, db: DbRows, refs: list[SegmentRef]) -> Manifest:
-        """Write the manifest naming ``refs``: the moment the new generation is published."""
+    def write_manifest(self, db: DbRows, refs: list[SegmentRef], bases: int) -> Manifest:
+        """Write the manifest naming ``refs`` (the first ``bases`` of them base segments):
+        the moment the new generation is published."""
         files = {name for ref in refs for name in ref.files()}
         manifest = Manifest(
             index_uid=self.uid,
@@ -587,6 +666,7 @@ class Publish:
             published_at=time.time(),
             stamps=_stamps(self.directory, files, self.segments if self.reusable else []),
             changes=self.log_head.last if self.log_head is not None else None,
+            base_segments=bases,
         )
         write_manifest(self.directory, manifest)
         return manifest
@@ -654,9 +734,11 @@ class _Plan:
     rewrite: set[int]
     # Per database row: goes into the new segment.
     into_new: np.ndarray
+    # How many of the leading segments are base segments.
+    bases: int
 
 
-def _plan(segments: list[Segment], db: DbRows) -> _Plan:
+def _plan(segments: list[Segment], bases: int, db: DbRows) -> _Plan:
     n = db.idents.shape[0]
     source = np.full(n, -1, dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
@@ -681,30 +763,32 @@ def _plan(segments: list[Segment], db: DbRows) -> _Plan:
             source[hit] = i
             position[hit] = kept[order][at[hit]]
     added = source < 0
-    action, rewrite = _compaction(segments, dead, int(added.sum()))
+    action, rewrite = _compaction(segments, bases, dead, int(added.sum()))
     into_new = added | np.isin(source, sorted(rewrite))
-    return _Plan(action, source, position, added, removed, dead, rewrite, into_new)
+    return _Plan(action, source, position, added, removed, dead, rewrite, into_new, bases)
 
 
 def _compaction(
-    segments: list[Segment], dead: list[np.ndarray], added: int
+    segments: list[Segment], bases: int, dead: list[np.ndarray], added: int
 ) -> tuple[str, set[int]]:
     """The action (module docstring's policy) and the segments rewritten into the new
-    one, given each segment's tombstones after this publish and the rows it adds."""
+    ones, given the number of leading base segments, each segment's tombstones after
+    this publish and the rows it adds."""
     live_rows = [s.size - d.shape[0] for s, d in zip(segments, dead, strict=True)]
-    base_rows = segments[0].size if segments else 0
-    delta_rows = sum(s.size for s in segments[1:]) + added
+    base_rows = sum(s.size for s in segments[:bases])
+    delta_rows = sum(s.size for s in segments[bases:]) + added
     tombstones = sum(d.shape[0] for d in dead)
     if not segments or delta_rows + tombstones > COMPACT_FRACTION * base_rows:
         return "full", set(range(len(segments)))
     rewrite = {i for i, live in enumerate(live_rows) if live == 0}
-    if added and len(segments) - len(rewrite) + 1 > MAX_SEGMENTS:
-        return "fold", rewrite | set(range(1, len(segments)))
+    deltas = sum(i not in rewrite for i in range(bases, len(segments)))
+    if added and 1 + deltas + 1 > MAX_SEGMENTS:
+        return "fold", rewrite | set(range(bases, len(segments)))
     return "delta", rewrite
 
 
 def _plan_changes(
-    segments: list[Segment], changed: np.ndarray, fresh: DbRows
+    segments: list[Segment], bases: int, changed: np.ndarray, fresh: DbRows
 ) -> tuple[_Plan, DbRows]:
     """:func:`_plan` from the changed rows alone: ``changed`` the sorted rowids logged
     since the segments' position, ``fresh`` those of them with a vector now.
@@ -730,10 +814,11 @@ def _plan_changes(
         stayed.append(idents[stays])
     cached = np.sort(np.concatenate(stayed)) if stayed else np.zeros(0, np.int64)
     added = ~_members(fresh.idents, cached)
-    action, rewrite = _compaction(segments, dead, int(added.sum()))
+    action, rewrite = _compaction(segments, bases, dead, int(added.sum()))
     db, source, position = _new_rows(segments, dead, rewrite, fresh, added)
     into_new = np.ones(source.shape[0], dtype=bool)
-    return _Plan(action, source, position, source < 0, removed, dead, rewrite, into_new), db
+    plan = _Plan(action, source, position, source < 0, removed, dead, rewrite, into_new, bases)
+    return plan, db
 
 
 def _new_rows(
@@ -747,20 +832,20 @@ def _new_rows(
     ``rewrite`` segments, sorted by (path, chunk_index); with each row's source segment
     (-1: ``fresh``) and position in it."""
     picked = np.flatnonzero(added)
-    fresh_paths = [fresh.paths[i] for i in picked]
     kept = []
     for i in sorted(rewrite):
         segment = segments[i]
         mask = np.ones(segment.size, dtype=bool)
         mask[dead[i]] = False
         kept.append((i, np.flatnonzero(mask)))
-    vocabulary = sorted(set(fresh_paths).union(*(segments[i].paths for i, _ in kept)))
+    vocabulary = sorted(set(fresh.path_names).union(*(segments[i].paths for i, _ in kept)))
     ordinal_of = {path: k for k, path in enumerate(vocabulary)}
     sources = [np.full(picked.shape[0], -1, dtype=np.int64)]
     positions = [np.full(picked.shape[0], -1, dtype=np.int64)]
     rowids, idents = [fresh.rowids[picked]], [fresh.idents[picked]]
     chunk_indexes = [fresh.chunk_indexes[picked]]
-    ordinals = [np.fromiter((ordinal_of[p] for p in fresh_paths), np.int64, len(fresh_paths))]
+    fresh_local = np.fromiter((ordinal_of[p] for p in fresh.path_names), np.int64)
+    ordinals = [fresh_local[fresh.path_ordinals[picked]]]
     for i, at in kept:
         meta = np.asarray(segments[i].meta[at])
         local = np.fromiter((ordinal_of[p] for p in segments[i].paths), np.int64)
@@ -779,7 +864,8 @@ def _new_rows(
         dim=fresh.dim,
         rowids=np.concatenate(rowids)[order],
         idents=np.concatenate(idents)[order],
-        paths=[vocabulary[k] for k in path_ordinals[order]],
+        path_ordinals=path_ordinals[order],
+        path_names=vocabulary,
         chunk_indexes=indexes[order],
     )
     return db, np.concatenate(sources)[order], np.concatenate(positions)[order]
@@ -794,22 +880,38 @@ def _members(values: np.ndarray, sorted_pool: np.ndarray) -> np.ndarray:
 
 
 def _gather_vectors(
-    segments: list[Segment], plan: _Plan, fetched: np.ndarray, dim: int
+    conn: sqlite3.Connection, segments: list[Segment], plan: _Plan, db: DbRows, part: np.ndarray
 ) -> np.ndarray:
-    """Vectors of the rows that go into the new segment, in database (sorted) order
-    (``fetched`` itself when all of them were fetched: no second copy of the rows of a
-    first publish)."""
-    take = np.flatnonzero(plan.into_new)
-    src = plan.source[take]
+    """The int8 rows of ``db``'s rows at ``part`` (one new segment's, in database order):
+    read from the database (:func:`read_vectors`) where the cache lacks them, copied
+    from the reused segments otherwise, whose mapped pages are then dropped
+    (:func:`~rifflux.vectors.segments.drop_pages`; call inside the read transaction)."""
+    src = plan.source[part]
     new_rows = src < 0
-    if new_rows.all() and fetched.shape[0] == take.shape[0]:
-        return fetched
-    out = np.empty((take.shape[0], dim), dtype=np.int8)
-    out[new_rows] = fetched
+    if new_rows.all():
+        return _read_new(conn, db, part)
+    out = np.empty((part.shape[0], db.dim), dtype=np.int8)
+    if new_rows.any():
+        out[new_rows] = _read_new(conn, db, part[new_rows])
     for i in np.unique(src[~new_rows]):
         mine = src == i
-        out[mine] = segments[int(i)].vectors[plan.position[take[mine]]]
+        out[mine] = segments[int(i)].vectors[plan.position[part[mine]]]
+        drop_pages(segments[int(i)].vectors)
     return out
+
+
+def _read_new(conn: sqlite3.Connection, db: DbRows, part: np.ndarray) -> np.ndarray:
+    """:func:`read_vectors` of ``db``'s rows at ``part``."""
+    if db.model is None:
+        return np.zeros((part.shape[0], db.dim), np.int8)
+    return read_vectors(conn, db.rowids[part], db.model, db.dim)
+
+
+def _local_paths(db: DbRows, part: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The path ordinals and the sorted distinct paths of ``db``'s rows at ``part``, as
+    one segment's ``paths.json`` holds them (only the paths its rows have)."""
+    used, local = np.unique(db.path_ordinals[part], return_inverse=True)
+    return local.astype(np.int64).reshape(-1), [db.path_names[k] for k in used]
 
 
 def collect_garbage(directory: Path, *, keep: set[str]) -> int:

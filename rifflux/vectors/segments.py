@@ -25,7 +25,8 @@ The manifest (``current.json``)::
      "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
                    "hnsw": "<file>" | null, "hnsw_recall": 0.991 | null,
                    "sha256": {"<file>": "<hex digest>", ...}}],
-     "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null}
+     "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null,
+     "base_segments": 1}
 
 ``hnsw_recall`` is the recall@10 its graph measured when it was built
 (:func:`rifflux.vectors.hnsw.measure_recall`): a segment with ``"hnsw": null`` and a
@@ -41,6 +42,9 @@ stats (:func:`files_as_published`) instead of hashing it and reading every row.
 ``changes`` (optional; readers ignore it) is the position in the index's chunk change log
 (:mod:`rifflux.store.changes`) that the rows include: the next publisher reads only the
 rows logged after it.
+``base_segments`` (optional; readers ignore it; 1 when absent, as every older publisher
+wrote one base segment) is how many of the leading segments a full publish wrote: the
+others are deltas (the publisher's compaction policy, :mod:`rifflux.vectors.publish`).
 
 Integrity (formats 2 and 3): every file a segment names has its sha256 in the manifest,
 computed while the file is written (no second read). A reader verifies each file against
@@ -70,11 +74,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -109,6 +114,8 @@ READABLE_FORMATS = (1, 2, 3)
 INT8_FORMAT = 3
 # Files verified by this process, keyed by (path, device, inode, size, mtime_ns, digest).
 VERIFIED_MAX = 4096
+# Bytes of a segment's array handed to the file per write (no copy of the whole array).
+WRITE_BLOCK_BYTES = 1 << 20
 
 # Columns of ``<sid>.meta.npy`` (META_SQNORM from format 3 on).
 META_ROWID, META_IDENT, META_PATH, META_INDEX, META_SQNORM = range(5)
@@ -243,6 +250,9 @@ class Manifest:
     # The position in the index's chunk change log (rifflux.store.changes) that the rows
     # include; None when unknown (an older publisher, an index without the log).
     changes: int | None = None
+    # How many of the leading segments are base segments (written by a full publish);
+    # the rest are deltas. Only a publisher reads it.
+    base_segments: int = 1
 
     @property
     def rows(self) -> int:
@@ -282,6 +292,7 @@ class Manifest:
             ],
             "stat": {name: list(key) for name, key in self.stamps},
             "changes": self.changes,
+            "base_segments": self.base_segments,
         }
 
     @classmethod
@@ -318,6 +329,7 @@ class Manifest:
                     )
                 ),
                 changes=None if data.get("changes") is None else int(data["changes"]),
+                base_segments=int(data.get("base_segments", 1)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CacheCorrupt(f"the manifest is malformed: {exc!r}") from None
@@ -483,7 +495,23 @@ def _write_atomically(directory: Path, name: str, write: Any) -> str:
 
 
 def _save_npy(directory: Path, name: str, array: np.ndarray) -> str:
-    return _write_atomically(directory, name, lambda fh: np.save(fh, array, allow_pickle=False))
+    return _write_atomically(directory, name, lambda fh: _write_npy(fh, array))
+
+
+def _write_npy(fh: _HashingWriter, array: np.ndarray) -> None:
+    """The bytes ``np.save`` writes (a version 1.0 header, then the C-order data), the
+    data written from the array's own memory ``WRITE_BLOCK_BYTES`` at a time: np.save
+    copies all of it into one bytes object first (a second 96 MiB for a base segment)."""
+    array = np.ascontiguousarray(array)
+    np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+    _write_data(fh, array)
+
+
+def _write_data(fh: _HashingWriter, array: np.ndarray) -> None:
+    """The C-order bytes of ``array``, ``WRITE_BLOCK_BYTES`` a write, without a copy."""
+    data = np.ascontiguousarray(array).reshape(-1).data.cast("B")
+    for start in range(0, len(data), WRITE_BLOCK_BYTES):
+        fh.write(data[start : start + WRITE_BLOCK_BYTES])
 
 
 def _save_json(directory: Path, name: str, data: Any) -> str:
@@ -501,18 +529,87 @@ def write_segment(
     chunk_indexes: np.ndarray,
 ) -> SegmentRef:
     """Write rows (already sorted by (path, chunk_index), vectors already int8)."""
-    if vectors.dtype != np.int8:
-        raise TypeError(f"segment rows must be int8, got {vectors.dtype}")
     distinct, ordinals = np.unique(np.asarray(paths, dtype=object), return_inverse=True)
-    meta = segment_meta(rowids, idents, ordinals, chunk_indexes, vectors)
+    names = [str(p) for p in distinct]
+    return write_segment_rows(
+        directory, generation, vectors, rowids, idents, ordinals, names, chunk_indexes
+    )
+
+
+def write_segment_rows(
+    directory: Path,
+    generation: int,
+    vectors: np.ndarray,
+    rowids: np.ndarray,
+    idents: np.ndarray,
+    path_ordinals: np.ndarray,
+    path_names: Sequence[str],
+    chunk_indexes: np.ndarray,
+) -> SegmentRef:
+    """:func:`write_segment` of rows whose paths are ``path_names[path_ordinals]``:
+    ``path_names`` sorted and distinct, each the path of at least one row (no list of
+    one path a row: a publisher's rows carry ordinals)."""
+    return write_segment_blocks(
+        directory,
+        generation,
+        vectors.shape[1] if vectors.ndim == 2 else 0,
+        [vectors],
+        rowids,
+        idents,
+        path_ordinals,
+        path_names,
+        chunk_indexes,
+    )
+
+
+def write_segment_blocks(
+    directory: Path,
+    generation: int,
+    dim: int,
+    blocks: Iterable[np.ndarray],
+    rowids: np.ndarray,
+    idents: np.ndarray,
+    path_ordinals: np.ndarray,
+    path_names: Sequence[str],
+    chunk_indexes: np.ndarray,
+) -> SegmentRef:
+    """:func:`write_segment_rows` of int8 rows that come in ``blocks``, in order: each
+    block is written and its squared norms taken as it comes, so a publisher holds one
+    block of a segment's rows, never all of them. The files are byte for byte those of
+    the same rows written at once."""
+    rows = len(rowids)
+    sqnorms = np.empty(rows, dtype=np.int64)
+
+    def write_rows(fh: _HashingWriter) -> None:
+        header = np.lib.format.header_data_from_array_1_0(np.empty((0, dim), np.int8))
+        np.lib.format.write_array_header_1_0(fh, {**header, "shape": (rows, dim)})
+        at = 0
+        for block in blocks:
+            if block.dtype != np.int8:
+                raise TypeError(f"segment rows must be int8, got {block.dtype}")
+            if block.shape[1:] != (dim,) or at + block.shape[0] > rows:
+                raise ValueError(f"a block of {block.shape} does not fit {rows} x {dim} rows")
+            sqnorms[at : at + block.shape[0]] = squared_norms(block)
+            _write_data(fh, block)
+            at += block.shape[0]
+        if at != rows:
+            raise ValueError(f"the blocks held {at} rows, not {rows}")
+
     segment_id = new_segment_id(generation)
     vec_name, meta_name, paths_name = segment_files(segment_id)
+    vec_digest = _write_atomically(directory, vec_name, write_rows)
+    meta = np.empty((rows, META_COLUMNS), dtype=np.int64)
+    meta[:, META_ROWID] = rowids
+    meta[:, META_IDENT] = idents
+    meta[:, META_PATH] = path_ordinals
+    meta[:, META_INDEX] = chunk_indexes
+    meta[:, META_SQNORM] = sqnorms
     digests = (
-        (vec_name, _save_npy(directory, vec_name, np.ascontiguousarray(vectors))),
+        (vec_name, vec_digest),
         (meta_name, _save_npy(directory, meta_name, meta)),
-        (paths_name, _save_json(directory, paths_name, [str(p) for p in distinct])),
+        (paths_name, _save_json(directory, paths_name, list(path_names))),
     )
-    return SegmentRef(segment_id, len(rowids), sha256=digests)
+    return SegmentRef(segment_id, rows, sha256=digests)
 
 
 def write_dead(directory: Path, segment_id: str, positions: np.ndarray) -> tuple[str, str]:
@@ -653,6 +750,28 @@ def load_segment(
         except (ValueError, RuntimeError) as exc:
             raise CacheCorrupt(f"{ref.hnsw} is unreadable: {exc}") from None
     return Segment(vectors, meta, paths, dead, tuple(stamps), graph)
+
+
+def map_vectors(directory: Path, ref: SegmentRef, dim: int) -> np.ndarray:
+    """The int8 rows of a segment this process just wrote, memory-mapped (unverified:
+    a publisher builds its graphs from them without holding them in anonymous memory)."""
+    return _load_npy(directory / segment_files(ref.id)[0], "int8", (ref.rows, dim), mmap=True)
+
+
+def drop_pages(array: np.ndarray) -> None:
+    """Drop this process's resident pages of a memory-mapped segment array (madvise
+    ``MADV_DONTNEED``); a no-op for an array in memory.
+
+    The file is immutable, so a later read faults the same bytes back from the page
+    cache. A publisher that copies every row of the old segments (a full rewrite by
+    compaction) or builds a graph from a written segment calls it as it goes: mapped
+    pages it touched count in its RSS (453 MiB of a rewrite at 800k rows, 137 without).
+    """
+    base: object = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, mmap.mmap):
+        base.madvise(mmap.MADV_DONTNEED)
 
 
 def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:
