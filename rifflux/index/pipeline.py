@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import structlog
 
 from rifflux.config import Settings
@@ -447,10 +448,12 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
     transaction with the job counts. The chunks are keyword-searchable when it commits;
     the texts without a vector go to the embed step.
 
-    With ``inline_embedder`` (an embedder cheap enough to run inside the write, the hash
-    one, whose label is the job's model), the texts are embedded and their vectors
-    written in the same transaction: the batch settles here, with no embed or vector
-    message (their JSON, broker rows and second transaction were ~1/6 of a hash job).
+    With ``inline_embedder`` (an embedder cheap enough to run in this step, the hash one,
+    whose label is the job's model), the texts are embedded and their vectors written in
+    the same transaction: the batch settles here, with no embed or vector message (their
+    JSON, broker rows and second transaction were ~1/6 of a hash job). The texts are
+    embedded before the write lock is taken (:func:`_embed_ahead`): the lock is what the
+    workers queue on.
 
     Idempotent: a batch already past this phase (a redelivery) writes nothing; if it
     still waits for vectors its embed request is rebuilt from the index and sent again.
@@ -476,6 +479,10 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
                     False,
                 )
             return RowsOutcome(None, state is not None and _ready(conn, job_id))
+        inline = inline_embedder
+        if inline is not None and inline.label != request.model:
+            inline = None
+        ahead = _embed_ahead(conn, files, inline, request.model) if inline is not None else {}
         retries = request.retries
 
         def count_busy_retry(_attempt: int, _exc: BaseException) -> None:
@@ -492,9 +499,13 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
             )
             texts = len(embed_request.texts)
             embedded = 0
-            if texts and inline_embedder is not None and inline_embedder.label == request.model:
-                vectors = embed_texts(inline_embedder, embed_request.texts)
-                IndexWriter(conn).write_vectors(request.model, inline_embedder.dim, vectors)
+            if texts and inline is not None:
+                # A text without a vector ahead (one removed since the read) is embedded now.
+                fresh = embed_texts(
+                    inline, [(k, t) for k, t in embed_request.texts if k not in ahead]
+                )
+                vectors = {k: ahead[k] if k in ahead else fresh[k] for k, _ in embed_request.texts}
+                IndexWriter(conn).write_vectors(request.model, inline.dim, vectors)
                 embedded = len(vectors)
             done = texts == embedded
             jobs.mark_batch(conn, job_id, batch_no, "written" if done else "chunked")
@@ -530,6 +541,19 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
     if embedded and not ready:
         publish_if_due(request.db_path, spec.vector_index)
     return RowsOutcome(None if done else embed_request, ready)
+
+
+def _embed_ahead(
+    conn: sqlite3.Connection, files: Sequence[PreparedFile], embedder: Embedder, model: str
+) -> dict[str, np.ndarray]:
+    """The vectors of the batch's chunk texts that have no ``model`` vector in the index
+    yet, computed outside any write transaction. Which texts the batch really lacks is
+    decided inside it (:func:`texts_to_embed`); a vector depends only on its text."""
+    texts = {
+        c.embed_sha256: embedding_input(c.heading_path, c.content) for f in files for c in f.chunks
+    }
+    stored = IndexReader(conn).reusable_vectors(sorted(texts), model) if texts else {}
+    return embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
 
 
 def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:
