@@ -10,6 +10,10 @@ keeps one while a job runs: SQLite checkpoints the whole WAL when the last conne
 to a database closes, which the steps of a real job never do (0.1-0.2 CPU-s here, and
 more in wall time).
 
+As the actors do (``workers.actors.inline_embedder``), the hash embedder runs inside the
+chunk step, which then writes the vectors too: the embed and write_vectors steps (and
+their messages) are left for ONNX.
+
     .venv/bin/python benchmarks/queue_profile.py --backend hash
 """
 
@@ -91,10 +95,12 @@ def profile(corpus: Path, backend: str) -> dict[str, Any]:
             "plan (scan, hash, read, persist)",
             lambda: pipeline.plan(settings, plan_request(db, job_id), chunks.append, embeds.append),
         )
+        inline = embedder if backend == "hash" else None
         for request in chunks:
             request = wire(clock, request, ChunkRequest)
             outcome = clock.run(
-                "chunk (markdown parse + rows write)", lambda r=request: pipeline.chunk(r)
+                "chunk (markdown parse + rows write)",
+                lambda r=request: pipeline.chunk(r, inline),
             )
             if outcome.embed is not None:
                 embeds.append(outcome.embed)

@@ -24,7 +24,9 @@ _RUN = re.compile(f"[{CJK_CHARS}]+")
 
 
 def has_cjk(text: str) -> bool:
-    return _RUN.search(text) is not None
+    # ``isascii`` reads a flag CPython keeps on every string, and no CJK character is
+    # ASCII: half of awesome-copilot's chunks skip the scan (0.18 → 0.08 CPU s in all).
+    return not text.isascii() and _RUN.search(text) is not None
 
 
 def run_bigrams(run: str) -> list[str]:

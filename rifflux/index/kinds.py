@@ -68,8 +68,32 @@ _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _FENCE_CHARS = ("`", "~")
+
+
+class LineStarts:
+    """A pattern that matches only at the start of a line, found fast.
+
+    ``^rest`` with ``re.M`` makes the regex engine try every position of the text;
+    ``\nrest`` opens with a one-character literal, which it skips to directly (the first
+    line is matched on its own). The same matches, in half the CPU on awesome-copilot;
+    ``rest`` must not match a newline. ``tests/index/test_kinds_speed.py`` checks both
+    forms agree.
+    """
+
+    def __init__(self, rest: str, flags: int = 0) -> None:
+        self.anchored = re.compile(f"^(?:{rest})", flags | re.M)
+        self._first = re.compile(f"(?:{rest})", flags | re.M)
+        self._later = re.compile(f"\n(?:{rest})", flags | re.M)
+
+    def starts(self, text: str) -> list[int]:
+        """Where a match starts, ascending: ``[m.start() for m in anchored.finditer(text)]``."""
+        found = [0] if self._first.match(text) else []
+        found.extend(m.start() + 1 for m in self._later.finditer(text))
+        return found
+
+
 # A line that may open or close a fence, be an ATX heading or a setext underline.
-_CANDIDATE = re.compile(r"^ {0,3}(?:#|`{3,}|~{3,}|=+[ \t]*$|-+[ \t]*$)", re.M)
+_CANDIDATE = LineStarts(r" {0,3}(?:#|`{3,}|~{3,}|=+[ \t]*$|-+[ \t]*$)")
 _NOT_PARAGRAPH = re.compile(r"^ {0,3}(?:[-*+>]|\d+[.)]|#|`{3}|~{3}|\|)")
 
 
@@ -100,15 +124,29 @@ def sections(body: str, title: str = "", *, markdown: bool = True) -> list[Secti
     stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
     root = _crumb(stack)  # the front matter title, when it names the document
     out = [Section(0, root, root, 0, 0, heads[0][2] if heads else len(body), len(body), "")]
+    ends = _section_ends(heads, len(body))
     for k, (level, text, start, after) in enumerate(heads):
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, text))
         lead_end = heads[k + 1][2] if k + 1 < len(heads) else len(body)
-        end = next((h[2] for h in heads[k + 1 :] if h[0] <= level), len(body))
         crumb = _crumb(stack)
-        out.append(Section(level, text, crumb, start, after, lead_end, end, heading_label(text)))
+        out.append(
+            Section(level, text, crumb, start, after, lead_end, ends[k], heading_label(text))
+        )
     return out
+
+
+def _section_ends(heads: Sequence[tuple[int, str, int, int]], length: int) -> list[int]:
+    """Where each heading's section ends: the start of the next heading of its level or
+    higher, else ``length``. One pass: a heading closes every open one not above it."""
+    ends = [length] * len(heads)
+    open_heads: list[int] = []
+    for k, (level, _text, start, _after) in enumerate(heads):
+        while open_heads and heads[open_heads[-1]][0] >= level:
+            ends[open_heads.pop()] = start
+        open_heads.append(k)
+    return ends
 
 
 def _crumb(stack: list[tuple[int, str]]) -> str:
@@ -120,8 +158,7 @@ def _headings(body: str) -> list[tuple[int, str, int, int]]:
     that may open a fence, be an ATX heading or underline a setext one are looked at."""
     found: list[tuple[int, str, int, int]] = []
     fence = ""
-    for candidate in _CANDIDATE.finditer(body):
-        start = candidate.start()
+    for start in _CANDIDATE.starts(body):
         newline = body.find("\n", start)
         end = len(body) if newline < 0 else newline
         line = body[start:end]
@@ -210,6 +247,7 @@ _TYPE_LINE = re.compile(
 _STRUCK = re.compile(r"~~.*?~~")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _WORD = re.compile(r"[a-z]+")
+_LABEL_NUMBERING = re.compile(r"^[\W\d_]*(?:adr[- ]?\d+[:.]?)?")
 _STATUS_SYNONYMS = {
     "proposed": "proposed",
     "proposal": "proposed",
@@ -235,9 +273,8 @@ _DECISION_TYPE_KEYS = ("decision_type", "decision-type", "decisiontype", "catego
 
 def heading_label(heading: str) -> str:
     """A heading as a label: lower case, numbering, emoji and punctuation dropped."""
-    text = _LINK.sub(r"\1", heading).lower()
-    text = re.sub(r"^[\W\d_]*(?:adr[- ]?\d+[:.]?)?", "", text)
-    return " ".join(re.findall(r"[a-z]+", text))
+    text = _LINK.sub(r"\1", heading).lower() if "](" in heading else heading.lower()
+    return " ".join(_WORD.findall(_LABEL_NUMBERING.sub("", text, count=1)))
 
 
 _CONTEXT_LABELS = frozenset(
@@ -470,11 +507,12 @@ _FIX_HEADING = re.compile(
     r"|^how to (?:fix|resolve|solve|work around)\b|^what to do\b"
     r"|^(?:steps|ways) to (?:fix|resolve)\b|^(?:fix|resolve|solve) (?:it|this)\b"
 )
-_FIX_LABEL = re.compile(
-    r"^[ \t>*_+-]*(?:possible |root |the )?(solution|fix|resolution|workaround|cause|remedy"
+_FIX_LABELS = LineStarts(
+    r"[ \t>*_+-]*(?:possible |root |the )?(solution|fix|resolution|workaround|cause|remedy"
     r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*",
-    re.I | re.M,
+    re.I,
 )
+_FIX_LABEL = _FIX_LABELS.anchored
 # Sentences that give a fix or a cause, matched in the lower-cased text: one pattern per
 # leading literal, which the regex engine finds ~4x faster than one alternation with re.I.
 _FIX_SENTENCES = tuple(
@@ -483,7 +521,10 @@ _FIX_SENTENCES = tuple(
         r"to (?:fix|resolve|solve|work around) (?:this|it|the (?:error|issue|problem))\b",
         r"you can (?:fix|resolve|solve|work around) (?:this|it)\b",
         r"the (?:fix|solution|workaround) is\b",
-        r"(?:error|issue|problem|message) (?:means|occurs|happens|is caused|indicates|appears)\b",
+        r"error (?:means|occurs|happens|is caused|indicates|appears)\b",
+        r"issue (?:means|occurs|happens|is caused|indicates|appears)\b",
+        r"problem (?:means|occurs|happens|is caused|indicates|appears)\b",
+        r"message (?:means|occurs|happens|is caused|indicates|appears)\b",
         r"caused by\b",
     )
 )
@@ -622,7 +663,7 @@ def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSect
     """
     fixes = sorted(
         [s.start for s in all_sections if s.level and is_fix_label(s.label)]
-        + [m.start() for m in _FIX_LABEL.finditer(body)]
+        + _FIX_LABELS.starts(body)
         + fix_sentences(body)
     )
     found: list[ErrorSection] = []

@@ -7,7 +7,9 @@ plan (index host)          → scans, diffs, refreshes metadata, persists the ba
                              sends each one's file texts to the chunk step.
 chunk (index host)         → the lexical phase: chunks the files and writes their rows
                              (files, chunks, FTS; vectors reused by text hash) in one
-                             transaction; sends the texts still without a vector to embed.
+                             transaction; sends the texts still without a vector to embed
+                             (with the hash embedder, embeds them and writes their
+                             vectors in that transaction instead: the batch settles here).
 embed (anywhere)           → batch-embeds those texts; never opens the index.
 write_vectors (index host) → the vector phase: attaches the vectors by text hash to the
                              chunks that still lack one, settles the batch.
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import structlog
 
 from rifflux.config import Settings
@@ -440,10 +443,17 @@ def with_retries(request: R, retries: int) -> R:
     return dataclasses.replace(request, retries=retries)
 
 
-def chunk(request: ChunkRequest) -> RowsOutcome:
+def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> RowsOutcome:
     """The lexical phase of one batch: chunk its files and write their rows in one
     transaction with the job counts. The chunks are keyword-searchable when it commits;
     the texts without a vector go to the embed step.
+
+    With ``inline_embedder`` (an embedder cheap enough to run in this step, the hash one,
+    whose label is the job's model), the texts are embedded and their vectors written in
+    the same transaction: the batch settles here, with no embed or vector message (their
+    JSON, broker rows and second transaction were ~1/6 of a hash job). The texts are
+    embedded before the write lock is taken (:func:`_embed_ahead`): the lock is what the
+    workers queue on.
 
     Idempotent: a batch already past this phase (a redelivery) writes nothing; if it
     still waits for vectors its embed request is rebuilt from the index and sent again.
@@ -469,6 +479,10 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
                     False,
                 )
             return RowsOutcome(None, state is not None and _ready(conn, job_id))
+        inline = inline_embedder
+        if inline is not None and inline.label != request.model:
+            inline = None
+        ahead = _embed_ahead(conn, files, inline, request.model) if inline is not None else {}
         retries = request.retries
 
         def count_busy_retry(_attempt: int, _exc: BaseException) -> None:
@@ -484,7 +498,16 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
                 conn, request.db_path, job_id, batch_no, paths, request.model
             )
             texts = len(embed_request.texts)
-            done = texts == 0
+            embedded = 0
+            if texts and inline is not None:
+                # A text without a vector ahead (one removed since the read) is embedded now.
+                fresh = embed_texts(
+                    inline, [(k, t) for k, t in embed_request.texts if k not in ahead]
+                )
+                vectors = {k: ahead[k] if k in ahead else fresh[k] for k, _ in embed_request.texts}
+                IndexWriter(conn).write_vectors(request.model, inline.dim, vectors)
+                embedded = len(vectors)
+            done = texts == embedded
             jobs.mark_batch(conn, job_id, batch_no, "written" if done else "chunked")
             jobs.add_counts(
                 conn,
@@ -495,6 +518,7 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
                 chunks_to_embed=texts,
                 files_skipped=len(vanished),
                 files_done=stats.files_written if done else 0,
+                chunks_embedded=embedded,
                 batches_done=1 if done else 0,
                 retries=retries,
             )
@@ -512,9 +536,24 @@ def chunk(request: ChunkRequest) -> RowsOutcome:
             vectors_reused=stats.vectors_reused,
             to_embed=texts,
         )
-        return RowsOutcome(None if done else embed_request, ready)
     finally:
         conn.close()
+    if embedded and not ready:
+        publish_if_due(request.db_path, spec.vector_index)
+    return RowsOutcome(None if done else embed_request, ready)
+
+
+def _embed_ahead(
+    conn: sqlite3.Connection, files: Sequence[PreparedFile], embedder: Embedder, model: str
+) -> dict[str, np.ndarray]:
+    """The vectors of the batch's chunk texts that have no ``model`` vector in the index
+    yet, computed outside any write transaction. Which texts the batch really lacks is
+    decided inside it (:func:`texts_to_embed`); a vector depends only on its text."""
+    texts = {
+        c.embed_sha256: embedding_input(c.heading_path, c.content) for f in files for c in f.chunks
+    }
+    stored = IndexReader(conn).reusable_vectors(sorted(texts), model) if texts else {}
+    return embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
 
 
 def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:

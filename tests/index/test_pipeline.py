@@ -310,3 +310,36 @@ def test_files_left_without_vectors_are_embedded_by_the_next_job(tmp_path: Path)
     done = pipeline.finalize(finalize_request(db, again))
     assert done is not None and done.state == "completed"
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def test_a_chunk_step_with_an_inline_embedder_settles_its_batch_with_the_same_rows(
+    tmp_path: Path,
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=12)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    embedder = HashEmbedder(settings.hash_embedding_dim)
+    outcomes = [pipeline.chunk(ChunkRequest.from_dict(r.to_dict()), embedder) for r in sent.chunks]
+    assert len(outcomes) > 1 and all(o.embed is None for o in outcomes)
+    assert outcomes[-1].ready and not any(o.ready for o in outcomes[:-1])
+    job = record(settings, job_id)
+    assert job.phase == "finalizing"
+    assert job.files_done == job.files_planned == 12
+    assert job.chunks_embedded == job.chunks_to_embed > 0
+    done = pipeline.finalize(finalize_request(str(settings.db_path), job_id))
+    assert done is not None and (done.state, done.phase) == ("completed", "done")
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def test_an_inline_embedder_of_another_model_leaves_the_vectors_to_the_embed_step(
+    tmp_path: Path,
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=6)
+    settings = make_settings(tmp_path)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    other = HashEmbedder(settings.hash_embedding_dim + 1)
+    outcomes = [pipeline.chunk(r, other) for r in sent.chunks]
+    assert all(o.embed is not None for o in outcomes)
+    assert record(settings, job_id).chunks_embedded == 0

@@ -52,6 +52,9 @@ def _embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:
 
 
 pipeline.embed = _embed
+# The failures injected here are the embed step's: keep it, though the hash embedder
+# would otherwise run inside the chunk step (actors.inline_embedder).
+actors.inline_embedder = lambda: None
 actors.embed_batch.options["max_retries"] = int(os.environ.get("RIFFLUX_TEST_MAX_RETRIES", "5"))
 actors.embed_batch.options["min_backoff"] = 50
 actors.embed_batch.options["max_backoff"] = 200

@@ -1,0 +1,106 @@
+"""The fast forms of the kind rules' text scans find exactly what the plain forms find.
+
+``LineStarts`` replaces ``^rest`` (``re.M``) with ``\\nrest``, the fix-sentence nouns
+have one pattern each instead of one alternation, and section ends come from one pass
+instead of a search after each heading: each is checked here against the plain form,
+on the vendored corpora and on generated markdown made of the characters the patterns
+care about.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rifflux.index import kinds
+
+CORPORA = Path(__file__).resolve().parents[1] / "corpus"
+
+# The plain forms (as the rules were written before the fast ones).
+PLAIN_CANDIDATE = re.compile(r"^ {0,3}(?:#|`{3,}|~{3,}|=+[ \t]*$|-+[ \t]*$)", re.M)
+PLAIN_FIX_LABEL = re.compile(
+    r"^[ \t>*_+-]*(?:possible |root |the )?(solution|fix|resolution|workaround|cause|remedy"
+    r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*",
+    re.I | re.M,
+)
+PLAIN_FIX_SENTENCE = re.compile(
+    r"(?:error|issue|problem|message) (?:means|occurs|happens|is caused|indicates|appears)\b"
+)
+
+PIECES = [
+    "\n",
+    "\n\n",
+    " ",
+    "   ",
+    "\t",
+    "#",
+    "## ",
+    "```",
+    "~~~",
+    "===",
+    "---",
+    "> ",
+    "* ",
+    "- ",
+    "_",
+    ":",
+    "：",
+    "Fix",
+    "solution",
+    "Root cause",
+    "how to fix it",
+    "Workarounds",
+    "s",
+    "word",
+    "error means",
+    "Problem occurs",
+    "message is caused",
+    "the issue appears",
+    "terror happens",
+    "İ",
+]
+markdown = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
+
+
+def _plain_fix_sentences(text: str) -> list[int]:
+    low = text.lower()
+    if not any(words in low for words in kinds._FIX_SENTENCE_WORDS):
+        return []
+    patterns = [p for p in kinds._FIX_SENTENCES if not p.pattern.startswith(tuple("eipm"))]
+    return sorted(
+        m.start()
+        for pattern in (*patterns, PLAIN_FIX_SENTENCE)
+        for m in pattern.finditer(low)
+        if m.start() == 0 or not (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_")
+    )
+
+
+def _plain_section_ends(heads: list[tuple[int, str, int, int]], length: int) -> list[int]:
+    return [
+        next((h[2] for h in heads[k + 1 :] if h[0] <= level), length)
+        for k, (level, _text, _start, _after) in enumerate(heads)
+    ]
+
+
+def _check(text: str) -> None:
+    assert kinds._CANDIDATE.starts(text) == [m.start() for m in PLAIN_CANDIDATE.finditer(text)]
+    assert kinds._FIX_LABELS.starts(text) == [m.start() for m in PLAIN_FIX_LABEL.finditer(text)]
+    assert kinds.fix_sentences(text) == _plain_fix_sentences(text)
+    heads = kinds._headings(text)
+    assert kinds._section_ends(heads, len(text)) == _plain_section_ends(heads, len(text))
+
+
+def test_fast_scans_match_the_plain_patterns_on_the_vendored_corpora() -> None:
+    files = sorted(CORPORA.rglob("*.md"))
+    assert len(files) > 100
+    for path in files:
+        _check(path.read_text(encoding="utf-8"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(markdown)
+def test_fast_scans_match_the_plain_patterns_on_generated_markdown(text: str) -> None:
+    _check(text)
