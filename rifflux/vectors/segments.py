@@ -180,12 +180,23 @@ def segment_meta(
     vectors: np.ndarray,
 ) -> np.ndarray:
     """The int64 [rows, META_COLUMNS] meta array of int8 ``vectors``."""
+    return _meta(rowids, idents, ordinals, chunk_indexes, squared_norms(vectors))
+
+
+def _meta(
+    rowids: np.ndarray,
+    idents: np.ndarray,
+    ordinals: np.ndarray,
+    chunk_indexes: np.ndarray,
+    sqnorms: np.ndarray,
+) -> np.ndarray:
+    """The meta array of rows whose squared norms are already known."""
     meta = np.empty((len(rowids), META_COLUMNS), dtype=np.int64)
     meta[:, META_ROWID] = rowids
     meta[:, META_IDENT] = idents
     meta[:, META_PATH] = ordinals
     meta[:, META_INDEX] = chunk_indexes
-    meta[:, META_SQNORM] = squared_norms(vectors)
+    meta[:, META_SQNORM] = sqnorms
     return meta
 
 
@@ -530,25 +541,6 @@ def write_segment(
 ) -> SegmentRef:
     """Write rows (already sorted by (path, chunk_index), vectors already int8)."""
     distinct, ordinals = np.unique(np.asarray(paths, dtype=object), return_inverse=True)
-    names = [str(p) for p in distinct]
-    return write_segment_rows(
-        directory, generation, vectors, rowids, idents, ordinals, names, chunk_indexes
-    )
-
-
-def write_segment_rows(
-    directory: Path,
-    generation: int,
-    vectors: np.ndarray,
-    rowids: np.ndarray,
-    idents: np.ndarray,
-    path_ordinals: np.ndarray,
-    path_names: Sequence[str],
-    chunk_indexes: np.ndarray,
-) -> SegmentRef:
-    """:func:`write_segment` of rows whose paths are ``path_names[path_ordinals]``:
-    ``path_names`` sorted and distinct, each the path of at least one row (no list of
-    one path a row: a publisher's rows carry ordinals)."""
     return write_segment_blocks(
         directory,
         generation,
@@ -556,8 +548,8 @@ def write_segment_rows(
         [vectors],
         rowids,
         idents,
-        path_ordinals,
-        path_names,
+        ordinals,
+        [str(p) for p in distinct],
         chunk_indexes,
     )
 
@@ -573,7 +565,8 @@ def write_segment_blocks(
     path_names: Sequence[str],
     chunk_indexes: np.ndarray,
 ) -> SegmentRef:
-    """:func:`write_segment_rows` of int8 rows that come in ``blocks``, in order: each
+    """:func:`write_segment` of int8 rows that come in ``blocks``, in order, whose paths
+    are ``path_names[path_ordinals]`` (sorted, distinct, each some row's): each
     block is written and its squared norms taken as it comes, so a publisher holds one
     block of a segment's rows, never all of them. The files are byte for byte those of
     the same rows written at once."""
@@ -598,12 +591,7 @@ def write_segment_blocks(
     segment_id = new_segment_id(generation)
     vec_name, meta_name, paths_name = segment_files(segment_id)
     vec_digest = _write_atomically(directory, vec_name, write_rows)
-    meta = np.empty((rows, META_COLUMNS), dtype=np.int64)
-    meta[:, META_ROWID] = rowids
-    meta[:, META_IDENT] = idents
-    meta[:, META_PATH] = path_ordinals
-    meta[:, META_INDEX] = chunk_indexes
-    meta[:, META_SQNORM] = sqnorms
+    meta = _meta(rowids, idents, path_ordinals, chunk_indexes, sqnorms)
     digests = (
         (vec_name, vec_digest),
         (meta_name, _save_npy(directory, meta_name, meta)),

@@ -213,7 +213,8 @@ def test_a_segment_written_in_blocks_is_the_segment_written_at_once(tmp_path: Pa
     ids = np.arange(rows, dtype=np.int64)
     columns = (ids, ids * 7, ids // 10, ids % 10)
     names = [f"p{i:03d}.md" for i in range(100)]
-    whole = segments.write_segment_rows(tmp_path, 1, vectors, *columns[:3], names, columns[3])
+    paths = [names[k] for k in columns[2]]
+    whole = segments.write_segment(tmp_path, 1, vectors, *columns[:2], paths, columns[3])
     blocks = (vectors[at : at + 300] for at in range(0, rows, 300))
     parts = segments.write_segment_blocks(tmp_path, 1, DIM, blocks, *columns[:3], names, columns[3])
     for mine, theirs in zip(
