@@ -514,17 +514,16 @@ _FIX_LABELS = LineStarts(
 )
 _FIX_LABEL = _FIX_LABELS.anchored
 # Sentences that give a fix or a cause, matched in the lower-cased text: one pattern per
-# leading literal, which the regex engine finds ~4x faster than one alternation with re.I.
+# leading literal (so one per noun below), which the regex engine finds ~4x faster than
+# one alternation with re.I.
+_CAUSE_VERBS = r"(?:means|occurs|happens|is caused|indicates|appears)\b"
 _FIX_SENTENCES = tuple(
     re.compile(pattern)
     for pattern in (
         r"to (?:fix|resolve|solve|work around) (?:this|it|the (?:error|issue|problem))\b",
         r"you can (?:fix|resolve|solve|work around) (?:this|it)\b",
         r"the (?:fix|solution|workaround) is\b",
-        r"error (?:means|occurs|happens|is caused|indicates|appears)\b",
-        r"issue (?:means|occurs|happens|is caused|indicates|appears)\b",
-        r"problem (?:means|occurs|happens|is caused|indicates|appears)\b",
-        r"message (?:means|occurs|happens|is caused|indicates|appears)\b",
+        *(f"{noun} {_CAUSE_VERBS}" for noun in ("error", "issue", "problem", "message")),
         r"caused by\b",
     )
 )
