@@ -7,7 +7,11 @@ files (1,000 per folder) unless ``--workdir`` has them, indexes them in-process 
 embedder), then ``--edits`` times rewrites one file and measures, in this process:
 
 * the scan alone (``iter_scan`` over the root: every file stat-ed and glob-checked);
-* the whole incremental in-process job (scan, plan, chunk, write, vector publish).
+* the whole incremental in-process job (scan, plan, chunk, write, vector publish);
+* the queued job as the watcher submits it, every step run in this process (plan,
+  chunk with the inline hash vectors, finalize with the vector publish), once for the
+  whole root (what the watcher submitted before) and once scoped to the edited file
+  (what it submits now), each step timed.
 
 Wall and CPU seconds (``time.process_time``) of each, median over the edits.
 
@@ -24,8 +28,13 @@ import time
 from pathlib import Path
 
 from rifflux.config import Settings
+from rifflux.embed.hashing import HashEmbedder
+from rifflux.index import pipeline
 from rifflux.index.indexer import Indexer
+from rifflux.index.messages import finalize_request, plan_request
 from rifflux.index.scan import iter_scan
+from rifflux.queue.client import IndexQueue
+from rifflux.store.connection import open_index
 
 
 def generate(root: Path, files: int) -> None:
@@ -43,6 +52,31 @@ def timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     wall, cpu = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def queued_job(settings: Settings, root: Path, scope: list[Path] | None) -> dict[str, float]:
+    """One job submitted as the watcher submits it, its steps run here; CPU per step."""
+    db = str(settings.db_path)
+    cpu: dict[str, float] = {}
+
+    def step(name: str, fn) -> None:  # type: ignore[no-untyped-def]
+        started = time.process_time()
+        fn()
+        cpu[name] = cpu.get(name, 0.0) + time.process_time() - started
+
+    queue = IndexQueue(settings)
+    job_id = queue.submit([root], scope=scope)
+    queue.close()
+    chunks: list = []
+    step("plan", lambda: pipeline.plan(settings, plan_request(db, job_id), chunks.append, print))
+    embedder = HashEmbedder()
+    for request in chunks:
+        step("chunk", lambda r=request: pipeline.chunk(r, embedder))
+    step("finalize", lambda: pipeline.finalize(finalize_request(db, job_id)))
+    record = pipeline.finalize(finalize_request(db, job_id))
+    assert record is not None and record.state == "completed", record
+    cpu["files scanned"] = record.files_total
+    return cpu
 
 
 def main() -> None:
@@ -89,6 +123,31 @@ def main() -> None:
         wall = statistics.median(w for w, _ in runs)
         cpu = statistics.median(c for _, c in runs)
         print(f"{name}: median {wall:.3f} s wall, {cpu:.3f} s CPU over {len(runs)} edits")
+
+    # The queued jobs. A connection stays open, as the front process's keeps one (the
+    # last connection to close checkpoints the whole WAL, which a real job never does).
+    keep_open = open_index(settings.db_path)
+    queued_job(settings, root, None)  # records the root's whole scan (no symlinks)
+    for label, scoped in (("whole root", False), ("scoped to the edited file", True)):
+        runs = []
+        for edit in range(args.edits):
+            target = root / "d0001" / f"f{edit:04d}.md"
+            target.write_text(f"# Queued {edit}\n\nA queued edit, {label}, {time.time()}.\n")
+            wall = time.perf_counter()
+            cpu = queued_job(settings, root, [target] if scoped else None)
+            cpu["wall"] = time.perf_counter() - wall
+            runs.append(cpu)
+        parts = ", ".join(
+            f"{key} {statistics.median(r.get(key, 0.0) for r in runs):.3f}"
+            for key in ("plan", "chunk", "finalize", "wall")
+        )
+        total = statistics.median(r["plan"] + r.get("chunk", 0.0) + r["finalize"] for r in runs)
+        scanned = int(runs[0]["files scanned"])
+        print(
+            f"queued one-edit job, {label}: median CPU s {parts} (wall); "
+            f"steps total {total:.3f} CPU s; files scanned {scanned}"
+        )
+    keep_open.close()
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 

@@ -74,14 +74,16 @@ class Reindexer:
         prune_missing: bool = True,
         start_workers: bool = False,
         processes: int | None = None,
+        scope: Sequence[Path | str] | None = None,
     ) -> str:
-        """Submit one job for ``roots``; with ``start_workers``, first start a local pool
-        unless workers are alive (the watcher and a server's start leave that to a
-        stall or :meth:`ensure_workers_in_background`). Returns the job id."""
+        """Submit one job for ``roots`` (``scope``: only the paths under them that
+        changed, see :meth:`IndexQueue.submit`); with ``start_workers``, first start a
+        local pool unless workers are alive (the watcher and a server's start leave that
+        to a stall or :meth:`ensure_workers_in_background`). Returns the job id."""
         with self._lock:
             if start_workers:
                 self.ensure_workers(processes)
-            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+            return self.queue.submit(roots, force=force, prune_missing=prune_missing, scope=scope)
 
     def run(
         self,

@@ -12,6 +12,11 @@ Invariants:
 - The spec travels by reference: it is stored once in the job row (``jobs.options``)
   and the messages name the job; only the index host's steps (plan, chunk, write,
   finalize), which open the job's index anyway, read it.
+- A job may be scoped: ``scope`` lists the paths under its roots that changed (the
+  watcher's jobs), and its plan then scans only those where that is exact
+  (:mod:`rifflux.index.planner`). A spec without a scope stores no ``scope`` key, so a
+  worker of an older version reads a scoped job as a job of its whole roots: more work,
+  the same rows.
 - It is versioned. A job row written before the spec existed (no ``version``) or
   without a later field decodes with today's defaults (:class:`Settings`'s), so an
   unfinished job survives an upgrade.
@@ -51,16 +56,24 @@ class JobSpec:
     hash_embedding_dim: int = _DEFAULTS.hash_embedding_dim
     # How the job's publishes build the vector cache (auto, exact, hnsw).
     vector_index: str = _DEFAULTS.vector_index
+    # Absolute paths under the roots that changed; None: the whole roots.
+    scope: tuple[str, ...] | None = None
     version: int = SPEC_VERSION
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, force: bool = False, prune_missing: bool = True
+        cls,
+        settings: Settings,
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+        scope: tuple[str, ...] | None = None,
     ) -> JobSpec:
         """The spec of a job submitted by a process configured with ``settings``."""
         return cls(
             force=force,
             prune_missing=prune_missing,
+            scope=scope,
             include_globs=tuple(settings.include_globs),
             exclude_globs=tuple(settings.exclude_globs),
             max_file_bytes=settings.max_file_bytes,
@@ -98,6 +111,10 @@ class JobSpec:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["include_globs"] = list(self.include_globs)
         data["exclude_globs"] = list(self.exclude_globs)
+        if self.scope is None:
+            del data["scope"]
+        else:
+            data["scope"] = list(self.scope)
         return data
 
     @classmethod
@@ -105,7 +122,7 @@ class JobSpec:
         """Decode a stored spec; a missing field (an older job row) gets its default."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known and v is not None}
-        for key in ("include_globs", "exclude_globs"):
+        for key in ("include_globs", "exclude_globs", "scope"):
             if key in values:
                 values[key] = tuple(values[key])
         if data.get("base_dir"):

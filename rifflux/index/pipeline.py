@@ -351,6 +351,7 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
             base_dir,
             force=spec.force,
             prune_missing=spec.prune_missing,
+            scope=spec.scope,
         )
     except RiffluxError as exc:
         _fail_job(conn, job_id, str(exc))
@@ -388,6 +389,7 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
         unchanged=found.unchanged,
         metadata_only=found.metadata,
         skipped=found.skipped_count,
+        scoped=found.scope is not None,
         prune=len(found.prune),
         unembedded=len(unembedded),
     )

@@ -15,6 +15,14 @@ bytes to chunk only while that total is below ``MIN_BATCHES`` batches of the tar
 (:func:`~rifflux.index.pipeline.batch_bytes_for`), so the changed files are held until
 that much is seen or the scan ends, and streamed after.
 
+A scoped job (the watcher's: the paths that changed) scans only those paths
+(:func:`~rifflux.index.scan.scan_scope`) and reads only their stored rows
+(:func:`~rifflux.store.knowledge.file_states_at`): its plan costs what changed, not the
+corpus. It is exact only where no symlink is involved, so it runs only when the last
+whole scan of every root of the job met no symlink (recorded per root in
+``index_metadata.scan_links``) and the scoped walk meets none either; otherwise the plan
+scans the whole roots, as a job without a scope does.
+
 The batches are written in several short transactions before the job row reads
 ``planned``; nothing is sent until it does, so a plan that dies half-way leaves batches
 no one reads, and the next delivery of the plan message deletes them first
@@ -24,6 +32,7 @@ no one reads, and the next delivery of the plan message deletes them first
 from __future__ import annotations
 
 import itertools
+import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,12 +46,21 @@ from rifflux.index.changes import (
     decide,
 )
 from rifflux.index.kinds import KNOWLEDGE_VERSION
-from rifflux.index.scan import ScannedFile, SkippedFile, is_under, iter_scan, root_prefixes
+from rifflux.index.scan import (
+    ScannedFile,
+    ScanStats,
+    SkippedFile,
+    is_under,
+    iter_scan,
+    root_prefixes,
+    scan_scope,
+    to_rel_path,
+)
 from rifflux.store import jobs
 from rifflux.store.connection import transaction
-from rifflux.store.knowledge import file_states
+from rifflux.store.knowledge import file_states, file_states_at
 from rifflux.store.own_files import IndexFiles
-from rifflux.store.reader import IndexReader
+from rifflux.store.reader import IndexReader, get_metadata
 from rifflux.store.writer import IndexWriter
 
 # A job is split into at least this many batches when it has enough text...
@@ -53,6 +71,8 @@ MIN_BATCH_BYTES = 16_000
 MAX_SKIPPED_KEPT = 200
 # Paths per transaction of persisted batches, and metadata refreshes per transaction.
 WRITE_EVERY = 500
+# index_metadata key: symlinks the last whole scan of each root met ({root: count}).
+SCAN_LINKS_KEY = "scan_links"
 
 
 def batch_bytes_for(total_bytes: int, target_bytes: int) -> int:
@@ -101,6 +121,8 @@ class PlanFound:
     """What a streamed plan found (its batches are already persisted)."""
 
     root_prefixes: list[str]
+    # The stored paths the scan covered, when it was scoped (None: the whole roots).
+    scope: list[str] | None = None
     scan_skipped: Capped = field(default_factory=lambda: Capped(MAX_SKIPPED_KEPT))
     decision_skipped: Capped = field(default_factory=lambda: Capped(MAX_SKIPPED_KEPT))
     files: int = 0
@@ -131,8 +153,10 @@ def stream_plan(
     *,
     force: bool,
     prune_missing: bool,
+    scope: Sequence[str] | None = None,
 ) -> PlanFound:
-    """Scan ``roots``, diff them with the files table, persist the job's batches of
+    """Scan ``roots`` (only the ``scope`` paths under them, where that is exact: see the
+    module docstring), diff them with the files table, persist the job's batches of
     changed files (batch 0 on), refresh the metadata of touched but unchanged files, and
     return the rest of the plan. The embed-only batches (``found.unembedded``) and the
     job row are the caller's, in the transaction that marks the job planned.
@@ -140,25 +164,38 @@ def stream_plan(
     Raises RootNotFoundError before anything is written.
     """
     found = PlanFound(root_prefixes(roots, base_dir))
-    scanned = iter_scan(
-        roots,
-        base_dir=base_dir,
-        include_globs=cfg.include_globs,
-        exclude_globs=cfg.exclude_globs,
-        skipped=found.scan_skipped,
-        index_files=IndexFiles.for_settings(cfg),
-        allow_secret_paths=cfg.allow_secret_paths,
-    )
+    stats = ScanStats()
+    scoped = _scan_scope(conn, cfg, roots, scope, base_dir, found) if scope else None
+    scanned: Iterable[ScannedFile]
+    if scoped is not None:
+        found.scope = [to_rel_path(path, base_dir) for path in scope or ()]
+        scanned = scoped
+    else:
+        scanned = iter_scan(
+            roots,
+            base_dir=base_dir,
+            include_globs=cfg.include_globs,
+            exclude_globs=cfg.exclude_globs,
+            skipped=found.scan_skipped,
+            index_files=IndexFiles.for_settings(cfg),
+            allow_secret_paths=cfg.allow_secret_paths,
+            stats=stats,
+        )
     with transaction(conn):
         jobs.delete_batches(conn, job_id)
     lacking = IndexReader(conn).paths_without_vectors()
     lacking_set = set(lacking)
     rechunked: set[str] = set()
-    stored = file_states(conn, KNOWLEDGE_VERSION)
+    stored: Iterable[tuple[str, int, int, str, bool]] = (
+        file_states(conn, KNOWLEDGE_VERSION)
+        if found.scope is None
+        else file_states_at(conn, KNOWLEDGE_VERSION, found.scope)
+    )
     refresh: list[tuple[int, int, str]] = []
+    prune_under = found.root_prefixes if found.scope is None else found.scope
 
     def gone(path: str) -> None:
-        if prune_missing and any(is_under(path, p) for p in found.root_prefixes):
+        if prune_missing and any(is_under(path, p) for p in prune_under):
             found.prune.append(path)
 
     def works() -> Iterator[FileWork]:
@@ -196,9 +233,51 @@ def stream_plan(
             found.batches += _persist(conn, job_id, pending, found.batches)
     found.batches += _persist(conn, job_id, pending, found.batches)
     IndexWriter(conn).update_file_stats(refresh)
+    if found.scope is None:
+        _record_links(conn, found.root_prefixes, stats.links)
     doomed = set(found.prune)
     found.unembedded = [p for p in lacking if p not in rechunked and p not in doomed]
     return found
+
+
+def _scan_scope(
+    conn: sqlite3.Connection,
+    cfg: Settings,
+    roots: Sequence[Path],
+    scope: Sequence[str],
+    base_dir: Path,
+    found: PlanFound,
+) -> list[ScannedFile] | None:
+    """The scoped scan's files, or None where only a scan of the whole roots is exact:
+    a root whose last whole scan met a symlink (or that was never scanned whole), or a
+    scoped walk that meets one."""
+    recorded = _recorded_links(conn)
+    if any(recorded.get(prefix, 1) for prefix in found.root_prefixes):
+        return None
+    return scan_scope(
+        roots,
+        scope,
+        base_dir=base_dir,
+        include_globs=cfg.include_globs,
+        exclude_globs=cfg.exclude_globs,
+        skipped=found.scan_skipped,
+        index_files=IndexFiles.for_settings(cfg),
+        allow_secret_paths=cfg.allow_secret_paths,
+    )
+
+
+def _recorded_links(conn: sqlite3.Connection) -> dict[str, int]:
+    raw = get_metadata(conn, SCAN_LINKS_KEY)
+    return {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
+
+
+def _record_links(conn: sqlite3.Connection, prefixes: Sequence[str], links: int) -> None:
+    """Record, per root, the symlinks its whole scan met (the job's count for each of its
+    roots: a root beside one with links is not scoped until scanned whole alone)."""
+    recorded = _recorded_links(conn)
+    updated = {**recorded, **{prefix: links for prefix in prefixes}}
+    if updated != recorded:
+        IndexWriter(conn).set_metadata(SCAN_LINKS_KEY, json.dumps(updated, sort_keys=True))
 
 
 def _persist(conn: sqlite3.Connection, job_id: str, pending: list[list[str]], first: int) -> int:

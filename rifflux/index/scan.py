@@ -12,6 +12,16 @@ when both are allowed), and the globs and the deny list then judge the target's 
 path and name as well as the link's. The built-in deny list (:mod:`rifflux.index.denied`)
 skips secret directories, files and roots unless ``allow_secret_paths``. Every such
 skip is listed with its reason; a file the globs leave out is not.
+
+Scoped scans (:func:`scan_scope`): a job for the paths that changed (the watcher's)
+lists only the files at or under those paths, each judged by the very code that judges
+it in a walk of the whole root: the walk goes down from the root through the path's
+directories, each listed for the one name on the path. That equals the whole walk
+restricted to the paths only where no symlink is involved (a link's file changes when
+its target does, and a directory reached through a link is walked once, by whichever
+path sorts first), so a scoped scan that meets a symlink gives up (None) and the job
+scans its whole roots; :class:`ScanStats` counts the links a scan met so a plan can tell
+whether a root holds any.
 """
 
 from __future__ import annotations
@@ -52,6 +62,13 @@ class ScannedFile:
 class SkippedFile:
     rel_path: str
     reason: str
+
+
+@dataclass(slots=True)
+class ScanStats:
+    """What a walk met besides files: the symlinks it judged (followed or refused)."""
+
+    links: int = 0
 
 
 @dataclass(slots=True)
@@ -191,9 +208,11 @@ def iter_scan(
     skipped: SkipSink,
     index_files: IndexFiles | None = None,
     allow_secret_paths: bool = False,
+    stats: ScanStats | None = None,
 ) -> Iterator[ScannedFile]:
     """The indexable files under ``roots``, lazily, sorted by stored path (each once);
-    every skip with a reason goes to ``skipped`` as the walk meets it.
+    every skip with a reason goes to ``skipped`` as the walk meets it, and every symlink
+    judged is counted in ``stats``.
 
     Memory follows the depth of the tree and the size of one directory, never the
     number of files: each root is walked in sorted path order (:func:`_walk_sorted`) and
@@ -203,19 +222,129 @@ def iter_scan(
     for root in roots:
         if not os.path.lexists(root):
             raise RootNotFoundError(f"path to index does not exist: {root}")
+    walk = _make_walk(
+        roots, base_dir, include_globs, exclude_globs, index_files, allow_secret_paths, stats
+    )
+    streams = [_scan_root(root, walk, include_globs, exclude_globs, skipped) for root in roots]
+    return _distinct(heapq.merge(*streams, key=_by_path))
+
+
+def _make_walk(
+    roots: Sequence[Path],
+    base_dir: Path,
+    include_globs: Sequence[str],
+    exclude_globs: Sequence[str],
+    index_files: IndexFiles | None,
+    allow_secret_paths: bool,
+    stats: ScanStats | None,
+) -> _Walk:
     own = index_files or IndexFiles(frozenset(), ())
-    contain = [real(r) for r in roots]
-    walk = _Walk(
+    return _Walk(
         base_dir,
         _glob_set(tuple(include_globs)),
         _glob_set(tuple(exclude_globs)),
         own,
         _own_by_dir(own),
-        contain,
+        [real(r) for r in roots],
         allow_secret_paths,
+        stats if stats is not None else ScanStats(),
     )
-    streams = [_scan_root(root, walk, include_globs, exclude_globs, skipped) for root in roots]
-    return _distinct(heapq.merge(*streams, key=_by_path))
+
+
+def scope_in_roots(
+    roots: Sequence[Path | str], paths: Iterable[Path | str]
+) -> tuple[str, ...] | None:
+    """The changed ``paths`` as the scope of a job of ``roots``: each re-based onto the
+    realpath of the first root holding it (a job stores its roots resolved), none under
+    another (a folder covers what is in it), sorted. None (the whole roots) when there
+    is no path, or a path is a root itself or lies above or outside all of them."""
+    bases = [(os.path.abspath(r), os.fspath(real(r))) for r in roots]
+    scope: set[str] = set()
+    for raw in paths:
+        path = os.path.abspath(raw)
+        holder = next(
+            (pair for pair in bases if path.startswith(pair[0].rstrip(os.sep) + os.sep)), None
+        )
+        if holder is None:
+            return None
+        scope.add(os.path.join(holder[1], os.path.relpath(path, holder[0])))
+    kept: list[str] = []
+    for path in sorted(scope):
+        if not kept or not path.startswith(kept[-1].rstrip(os.sep) + os.sep):
+            kept.append(path)
+    return tuple(kept) or None
+
+
+def scan_scope(
+    roots: Sequence[Path],
+    scope: Sequence[str],
+    *,
+    base_dir: Path,
+    include_globs: Sequence[str],
+    exclude_globs: Sequence[str],
+    skipped: SkipSink,
+    index_files: IndexFiles | None = None,
+    allow_secret_paths: bool = False,
+) -> list[ScannedFile] | None:
+    """The files a walk of the whole ``roots`` would list at or under the ``scope`` paths
+    (see :func:`scope_in_roots`), sorted by stored path, and their skips; None when the
+    scoped walk meets a symlink (then only a walk of the whole roots is exact, see the
+    module docstring). A scope path that does not exist lists nothing.
+
+    Each path is walked under every root holding it, in root order, and the first
+    root's file is kept, as the whole walk's merge does.
+    """
+    stats = ScanStats()
+    walk = _make_walk(
+        roots, base_dir, include_globs, exclude_globs, index_files, allow_secret_paths, stats
+    )
+    held: list[SkippedFile] = []
+    streams: list[Iterator[ScannedFile]] = []
+    for root in roots:
+        root_path = os.path.abspath(root)
+        if not os.path.isdir(root_path):
+            continue
+        under = [p for p in scope if p.startswith(root_path.rstrip(os.sep) + os.sep)]
+        streams.append(_scope_stream(root_path, under, walk, held))
+    files = list(_distinct(heapq.merge(*streams, key=_by_path)))
+    if stats.links:
+        return None
+    # Several scope paths behind one skipped folder meet its skip once each.
+    for item in dict.fromkeys(held):
+        skipped.append(item)
+    return files
+
+
+def _scope_stream(
+    root: str, scope: Sequence[str], walk: _Walk, skipped: SkipSink
+) -> Iterator[ScannedFile]:
+    """One root's files at or under the sorted, disjoint ``scope`` paths, in stored path
+    order (the scope's own order is not that: "a.md" sorts before "a/x.md")."""
+    found = [scanned for path in scope for scanned in _walk_to(root, path, walk, skipped)]
+    found.sort(key=_by_path)
+    return iter(found)
+
+
+def _walk_to(root: str, path: str, walk: _Walk, skipped: SkipSink) -> Iterator[ScannedFile]:
+    """The files at or under ``path`` (inside ``root``) as the walk of ``root`` judges
+    them: each directory on the way is listed for the one name the path takes there."""
+    parts = os.path.relpath(path, root).split(os.sep)
+    dirpath, rel_dir = root, "."
+    visited: set[tuple[int, int]] = set()
+    for depth, name in enumerate(parts):
+        last = depth == len(parts) - 1
+        items = _scan_dir(dirpath, rel_dir, walk, visited, skipped, only=name)
+        if not items:
+            return
+        item = items[0]
+        if isinstance(item, ScannedFile):
+            if last:
+                yield item
+            return
+        if last:
+            yield from _walk_sorted(item[0], item[1], walk, visited, skipped)
+            return
+        dirpath, rel_dir = item
 
 
 def _by_path(scanned: ScannedFile) -> str:
@@ -271,11 +400,13 @@ class _Walk:
     # Realpaths of the job's roots: the only places a symlink may lead.
     contain: Sequence[Path]
     allow_secrets: bool
+    stats: ScanStats
 
     def refuses_link(self, path: str, skipped: SkipSink, *, is_dir: bool) -> bool:
         """True (and the link listed as skipped with the reason) for a symlink whose
         target lies out of bounds, is on the deny list, or is ruled out by the globs
         (judged by its path relative to the root holding it, and its name)."""
+        self.stats.links += 1
         target = os.path.realpath(path)
         reason: str | None = None
         inside = [root for root in self.contain if real_is_within(target, [root])]
@@ -350,9 +481,12 @@ def _scan_dir(
     walk: _Walk,
     visited: set[tuple[int, int]],
     skipped: SkipSink,
+    *,
+    only: str | None = None,
 ) -> list[ScannedFile | tuple[str, str]]:
     """List one directory: its files to index and its subdirectories to descend into (as
-    (path, path relative to the root)), in the order of their stored paths."""
+    (path, path relative to the root)), in the order of their stored paths; with
+    ``only``, the entry of that name alone, judged the same way."""
     try:
         st = os.stat(dirpath)
     except OSError:
@@ -363,12 +497,17 @@ def _scan_dir(
         return []
     visited.add(key)
     try:
-        with os.scandir(dirpath) as listing:
-            entries = sorted(listing, key=lambda e: e.name)
+        if only is not None:
+            # Opened, not read: a folder the walk cannot list lists nothing here either.
+            os.scandir(dirpath).close()
+            entries: list[os.DirEntry[str] | _NamedEntry] = _named_entry(dirpath, only)
+        else:
+            with os.scandir(dirpath) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
     except OSError:
         return []
-    dirs: list[os.DirEntry[str]] = []
-    files: list[os.DirEntry[str]] = []
+    dirs: list[os.DirEntry[str] | _NamedEntry] = []
+    files: list[os.DirEntry[str] | _NamedEntry] = []
     for entry in entries:
         try:
             is_dir = entry.is_dir()
@@ -424,6 +563,37 @@ def _scan_dir(
             found.append((name, scanned))
     found.sort(key=lambda pair: pair[0])
     return [item for _, item in found]
+
+
+class _NamedEntry:
+    """The part of ``os.DirEntry`` a listing uses, for one name looked up directly."""
+
+    __slots__ = ("_lstat", "name", "path")
+
+    def __init__(self, dirpath: str, name: str, lstat: os.stat_result) -> None:
+        self.name = name
+        self.path = os.path.join(dirpath, name)
+        self._lstat = lstat
+
+    def is_symlink(self) -> bool:
+        return stat.S_ISLNK(self._lstat.st_mode)
+
+    def is_dir(self) -> bool:
+        if self.is_symlink():
+            return os.path.isdir(self.path)
+        return stat.S_ISDIR(self._lstat.st_mode)
+
+    def stat(self) -> os.stat_result:
+        return os.stat(self.path) if self.is_symlink() else self._lstat
+
+
+def _named_entry(dirpath: str, name: str) -> list[os.DirEntry[str] | _NamedEntry]:
+    """``name`` in ``dirpath`` as a one-entry listing; empty when it does not exist."""
+    try:
+        lstat = os.lstat(os.path.join(dirpath, name))
+    except FileNotFoundError:
+        return []
+    return [_NamedEntry(dirpath, name, lstat)]
 
 
 def _consider(

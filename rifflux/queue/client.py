@@ -30,7 +30,7 @@ import structlog
 from rifflux.config import Settings
 from rifflux.errors import IndexWriteError, RiffluxError
 from rifflux.index.jobspec import JobSpec
-from rifflux.index.scan import require_roots
+from rifflux.index.scan import require_roots, scope_in_roots
 from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
 from rifflux.queue.presence import PresenceStore, presence_store_for
@@ -124,16 +124,24 @@ class IndexQueue:
         *,
         force: bool = False,
         prune_missing: bool = True,
+        scope: Sequence[Path | str] | None = None,
     ) -> str:
         """Record a job and enqueue its plan step; returns the job id.
 
-        The scan follows symlinks only into the job's roots. A broker that cannot take
-        the message fails the submit and its job row is deleted again, so no job is left
-        ``queued`` forever.
+        The scan follows symlinks only into the job's roots. ``scope``: the paths under
+        the roots that changed (the job's plan then scans only those where that is
+        exact; a path outside the roots makes it a job of the whole roots). A broker
+        that cannot take the message fails the submit and its job row is deleted again,
+        so no job is left ``queued`` forever.
         """
         roots = [Path(p) for p in paths]
         require_roots(roots)
-        spec = JobSpec.from_settings(self.settings, force=force, prune_missing=prune_missing)
+        spec = JobSpec.from_settings(
+            self.settings,
+            force=force,
+            prune_missing=prune_missing,
+            scope=None if scope is None else scope_in_roots(roots, scope),
+        )
         try:
             job_id = self._create_and_enqueue([str(r.resolve()) for r in roots], spec)
         except (sqlite3.Error, OSError) as exc:
@@ -141,7 +149,13 @@ class IndexQueue:
             if reason is None:
                 raise
             raise IndexWriteError(reason) from exc
-        log.info("job.submitted", job_id=job_id, roots=[str(r) for r in roots], force=force)
+        log.info(
+            "job.submitted",
+            job_id=job_id,
+            roots=[str(r) for r in roots],
+            force=force,
+            scope=None if spec.scope is None else len(spec.scope),
+        )
         return job_id
 
     def _create_and_enqueue(self, roots: list[str], spec: JobSpec) -> str:

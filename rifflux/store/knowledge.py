@@ -132,6 +132,30 @@ def file_states(
         after = rows[-1][0]
 
 
+def file_states_at(
+    conn: sqlite3.Connection, version: int, prefixes: Iterable[str]
+) -> list[tuple[str, int, int, str, bool]]:
+    """:func:`file_states` of the stored files at or under ``prefixes`` (stored paths;
+    a scoped plan's), sorted by path: one indexed range read per prefix."""
+    knowledge = has_knowledge(conn)
+    sql = (
+        "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, k.version IS NOT ? FROM files f "
+        "LEFT JOIN file_knowledge k ON k.file_id = f.id "
+        if knowledge
+        else "SELECT path, mtime_ns, size_bytes, sha256, 1 FROM files f "
+    )
+    # "/" + 1 is "0": the paths under "a" are those in ["a/", "a0").
+    where = "WHERE f.path = ? OR (f.path > ? AND f.path < ?)"
+    found: dict[str, tuple[str, int, int, str, bool]] = {}
+    for prefix in prefixes:
+        head = prefix.rstrip("/")
+        params = (head, head + "/", head + "0")
+        rows = conn.execute(sql + where, ((version,) if knowledge else ()) + params)
+        for path, mtime_ns, size_bytes, sha256, stale in rows:
+            found[path] = (path, mtime_ns, size_bytes, sha256, bool(stale))
+    return [found[path] for path in sorted(found)]
+
+
 def stale_paths(conn: sqlite3.Connection, version: int) -> set[str]:
     """Stored files whose knowledge row is missing or was built by another rule version:
     the next job re-chunks them even when unchanged (one read of the two tables)."""

@@ -160,6 +160,15 @@ class IndexReader:
                 out.append(row)
         return out
 
+    def has_files_under(self, folder: str) -> bool:
+        """True if a stored file lies under the stored path ``folder`` (one indexed
+        range probe: the paths under "a" are those in ["a/", "a0"))."""
+        head = folder.rstrip("/")
+        row = self.conn.execute(
+            "SELECT 1 FROM files WHERE path > ? AND path < ? LIMIT 1", (head + "/", head + "0")
+        ).fetchone()
+        return row is not None
+
     def paths_without_vectors(self) -> list[str]:
         """Stored files with at least one chunk that has no vector (a job that failed in
         its vector phase left them keyword-searchable only), sorted.

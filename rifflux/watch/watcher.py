@@ -2,7 +2,9 @@
 
 Events are debounced by watchfiles, filtered by the include/exclude globs relative to
 the watched root and by the deny list (a secret path, by its name or its realpath,
-never starts a job), and handed to a :class:`JobCoalescer`. The watch loop runs in a
+never starts a job), and handed with their paths to a :class:`JobCoalescer`, which
+submits jobs scoped to the paths that changed (a catch-up job at each start covers the
+whole roots). The watch loop runs in a
 supervised thread: a crash restarts it with capped exponential backoff, and after
 ``max_consecutive_crashes`` in a row it gives up and says so. Its state is persisted
 in the index (``index_metadata.watcher_state``) so ``index_status`` shows it whichever
@@ -26,10 +28,10 @@ import watchfiles
 
 from rifflux.config import Settings
 from rifflux.index.denied import refused_secret
-from rifflux.index.scan import matches_any
-from rifflux.store.connection import open_index
+from rifflux.index.scan import matches_any, scope_in_roots, to_rel_path
+from rifflux.store.connection import open_index, open_index_readonly
 from rifflux.store.own_files import IndexFiles
-from rifflux.store.reader import get_metadata
+from rifflux.store.reader import IndexReader, get_metadata
 from rifflux.store.writer import IndexWriter
 from rifflux.watch.coalesce import JobCoalescer, JobQueue
 
@@ -74,7 +76,9 @@ def event_filter(
     roots: Sequence[Path], settings: Settings
 ) -> Callable[[watchfiles.Change, str], bool]:
     """Keep events for indexable files (and directories, which may hold them); never for
-    the index's own files nor for a secret path."""
+    the index's own files nor for a secret path. A path that is gone is kept when it
+    may have been a directory: it has no suffix, or the index holds files under it (a
+    folder named "v1.2" moved away leaves one event, for the folder)."""
     resolved = [Path(os.path.abspath(r)) for r in roots]
     own = IndexFiles.for_settings(settings)
     allow = settings.allow_secret_paths
@@ -97,10 +101,32 @@ def event_filter(
                 return True
             # A directory moved or removed as a whole produces one event for the
             # directory itself, not for the files in it.
-            return path.is_dir() or (not path.exists() and not path.suffix)
+            if path.is_dir():
+                return True
+            if path.exists():
+                return False
+            return not path.suffix or _stored_under(settings, roots, raw_path)
         return False
 
     return keep
+
+
+def _stored_under(settings: Settings, roots: Sequence[Path], raw_path: str) -> bool:
+    """True if the index holds a file under the folder ``raw_path`` (gone now)."""
+    rebased = scope_in_roots(roots, [raw_path])
+    if not rebased:
+        return True
+    try:
+        conn = open_index_readonly(settings.db_path)
+    except Exception:
+        return True
+    try:
+        base = settings.base_dir or get_metadata(conn, "base_dir") or os.getcwd()
+        return IndexReader(conn).has_files_under(to_rel_path(rebased[0], Path(base)))
+    except sqlite3.Error:
+        return True
+    finally:
+        conn.close()
 
 
 class FileWatcher:
@@ -232,7 +258,7 @@ class FileWatcher:
         self.state.last_event_at = time.time()
         self.state.last_event_paths = paths[:20]
         log.info("watch.changes", count=len(paths), sample=paths[:5])
-        self._record_job(self.coalescer.changed())
+        self._record_job(self.coalescer.changed(paths))
         self._persist()
 
     def _record_job(self, job_id: str | None) -> None:

@@ -63,6 +63,44 @@ def test_an_edit_is_searchable_within_seconds(watched) -> None:
         service.close()
 
 
+def test_edits_are_scoped_jobs_and_a_folder_moved_away_is_pruned(watched, tmp_path) -> None:
+    settings, root, queue = watched
+    for i in range(30):
+        (root / f"other-{i:02}.md").write_text(f"# Other {i}\n\nfiller note {i}\n")
+    (root / "v1.2").mkdir()
+    (root / "v1.2" / "release.md").write_text("# Release\n\nnotes of release one two\n")
+    watcher = FileWatcher(settings, [root], queue).start()
+    try:
+        wait_until(lambda: "docs/v1.2/release.md" in indexed_paths(settings), timeout=60)
+        wait_until(lambda: watcher.coalescer.idle, timeout=60)
+        before = job_count(settings)
+        (root / "seed.md").write_text("# Seed\n\nNow about pulsar timing arrays.\n")
+        wait_until(lambda: "pulsar timing" in contents(settings)["docs/seed.md"], timeout=60)
+        wait_until(lambda: watcher.coalescer.idle, timeout=60)
+        # The edit's job looked at the edited file only, not at the 32 files of the root.
+        edit_jobs = newest_jobs(settings, job_count(settings) - before)
+        assert [job.files_total for job in edit_jobs] == [1] * len(edit_jobs)
+
+        # A folder whose name has a suffix, moved out: one event, for the folder.
+        (root / "v1.2").rename(tmp_path / "elsewhere")
+        wait_until(lambda: "docs/v1.2/release.md" not in indexed_paths(settings), timeout=60)
+        assert len(indexed_paths(settings)) == 31
+    finally:
+        watcher.stop()
+
+
+def contents(settings: Settings) -> dict[str, str]:
+    return {row[0]: row[5] for row in index_rows(settings.db_path)}
+
+
+def newest_jobs(settings: Settings, count: int):
+    conn = open_index(settings.db_path)
+    try:
+        return recent_jobs(conn, count)
+    finally:
+        conn.close()
+
+
 def test_a_burst_of_200_writes_costs_at_most_two_jobs(watched) -> None:
     settings, root, queue = watched
     watcher = FileWatcher(settings, [root], queue).start()
@@ -181,6 +219,54 @@ def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> 
     assert coalescer.tick() == "j1"
     assert coalescer.tick() is None
     queue.states["j1"] = "completed"
+    assert coalescer.idle
+
+
+def test_coalescer_scopes_jobs_to_the_changed_paths_and_owes_the_rest() -> None:
+    from rifflux.store.jobs import JobRecord
+    from rifflux.watch.coalesce import MAX_SCOPE_PATHS
+
+    class FakeQueue:
+        def __init__(self) -> None:
+            self.states: dict[str, str] = {}
+            self.scopes: dict[str, list[str] | None] = {}
+
+        def submit(self, paths, *, scope=None, **_kw):
+            job_id = f"j{len(self.states)}"
+            self.states[job_id] = "queued"
+            self.scopes[job_id] = None if scope is None else list(scope)
+            return job_id
+
+        def job(self, job_id):
+            return JobRecord(job_id, [], {}, self.states[job_id])
+
+        def unfinished_job_for(self, paths):
+            return None
+
+    queue = FakeQueue()
+    coalescer = JobCoalescer(queue, [Path("/docs")])
+    assert coalescer.changed(["/docs/a"]) == "j0"
+    assert queue.scopes["j0"] == ["/docs/a"]
+    # Queued: a path it covers (under its folder) is left to it, any other is owed.
+    assert coalescer.changed(["/docs/a/x.md"]) is None and not coalescer.dirty
+    assert coalescer.changed(["/docs/b.md"]) is None and coalescer.dirty
+    queue.states["j0"] = "running"
+    assert coalescer.changed(["/docs/a/x.md", "/docs/c.md"]) is None
+    queue.states["j0"] = "completed"
+    assert coalescer.tick() == "j1"
+    assert queue.scopes["j1"] == ["/docs/a/x.md", "/docs/b.md", "/docs/c.md"]
+    # A change that names no path, or too many paths owed: the whole roots.
+    queue.states["j1"] = "running"
+    assert coalescer.changed() is None
+    queue.states["j1"] = "completed"
+    assert coalescer.tick() == "j2" and queue.scopes["j2"] is None
+    assert coalescer.changed(["/docs/z.md"]) is None  # a whole-roots job covers it
+    queue.states["j2"] = "running"
+    coalescer.changed([f"/docs/{i}.md" for i in range(MAX_SCOPE_PATHS + 1)])
+    queue.states["j2"] = "completed"
+    assert coalescer.tick() == "j3" and queue.scopes["j3"] is None
+    assert coalescer.changed([f"/docs/{i}.md" for i in range(MAX_SCOPE_PATHS + 1)]) is None
+    queue.states["j3"] = "completed"
     assert coalescer.idle
 
 
