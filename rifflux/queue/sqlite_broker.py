@@ -14,8 +14,10 @@ delay-queue row only once it is due, so no row sits leased in a worker's memory 
 the whole delay.
 
 Consumers wait without spinning: a same-process enqueue wakes them through a
-condition variable; writes by other processes are seen by polling, with a wait that
-doubles from :data:`MIN_POLL_SECONDS` after a hit up to :data:`MAX_POLL_SECONDS`.
+condition variable, an enqueue by another process through the doorbell
+(:mod:`rifflux.queue.doorbell`, a datagram to each consuming process); besides, they
+poll, with a wait that doubles from :data:`MIN_POLL_SECONDS` after a hit up to
+:data:`MAX_POLL_SECONDS`, so a lost wake-up costs at most that long.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dramatiq.errors import DecodeError, QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
+from rifflux.queue.doorbell import Doorbell
 from rifflux.store import faults
 from rifflux.store.connection import connect, retry_on_busy, write_transaction
 
@@ -60,9 +63,10 @@ DEFAULT_MAX_DELIVERIES = 5
 #: Seconds between polls right after a consumer found a message.
 MIN_POLL_SECONDS = 0.01
 
-#: Longest wait, in seconds, between polls of an idle queue. Enqueues made in the same
-#: process wake consumers at once; an enqueue made by another process is noticed after
-#: at most this long. Idle consumers cost one indexed read per this interval.
+#: Longest wait, in seconds, between polls of an idle queue. Enqueues wake consumers at
+#: once (in this process, and through the doorbell in others); a wake-up that is lost is
+#: made up for after at most this long. Idle consumers cost one indexed read per this
+#: interval.
 MAX_POLL_SECONDS = 1.0
 
 #: Seconds between checks while ``join`` waits on messages processed by another process.
@@ -173,6 +177,7 @@ class SQLiteBroker(Broker):
         self._changes: defaultdict[str, int] = defaultdict(int)
         self._changed = threading.Condition()
         self._fault_logged_at = -FAULT_LOG_SECONDS
+        self._doorbell = Doorbell(self.path)
 
         self._write(_create_schema)
 
@@ -255,7 +260,9 @@ class SQLiteBroker(Broker):
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 30000) -> Consumer:
         """A consumer leasing up to ``prefetch`` messages at a time off ``queue_name``;
-        its ``__next__`` returns ``None`` after ``timeout`` ms without a message."""
+        its ``__next__`` returns ``None`` after ``timeout`` ms without a message. This
+        process then listens to the doorbell, so other processes' enqueues wake it."""
+        self._doorbell.listen(self._notify)
         return _SQLiteConsumer(self, queue_name, prefetch, timeout)
 
     def declare_queue(self, queue_name: str) -> None:
@@ -291,6 +298,7 @@ class SQLiteBroker(Broker):
             )
         )
         self._notify(queue_name)
+        self._doorbell.ring(queue_name)
         self.emit_after("enqueue", message, delay)
         return message
 
@@ -334,7 +342,9 @@ class SQLiteBroker(Broker):
             self._wait_for_change(marks, wait)
 
     def close(self) -> None:
-        """Close every connection this broker opened; later calls open new ones."""
+        """Close every connection this broker opened (later calls open new ones) and stop
+        listening to the doorbell."""
+        self._doorbell.close()
         with self._connections_lock:
             connections, self._connections = self._connections, {}
         if self._connections_pid == os.getpid():

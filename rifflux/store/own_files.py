@@ -2,8 +2,9 @@
 
 Only these are ignored: the index database and its ``-wal``/``-shm``/``-journal``, the
 SQLite queue and presence databases beside it (or wherever ``RIFFLUX_BROKER_URL`` puts
-the queue), the published vector cache (``<db>.vectors/``) and ``workers.log`` with its
-rotated copies (``workers.log.1`` …). Ignoring the whole directory that holds the index
+the queue) with the queue's doorbell folder (``queue.db.doorbells/``), the published
+vector cache (``<db>.vectors/``) and ``workers.log`` with its rotated copies
+(``workers.log.1`` …). Ignoring the whole directory that holds the index
 instead was wrong as soon as the index lived in a folder above the indexed root
 (``RIFFLUX_DB_PATH=./index.db`` with ``docs/`` watched): every event was dropped. The
 scan and the watcher both ask :meth:`owns`.
@@ -21,6 +22,8 @@ from rifflux.logs import LOG_BACKUPS
 
 SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 SIBLING_DATABASES = ("queue.db", "workers.db")
+# The folder beside a SQLite queue where consuming processes register (queue/doorbell.py).
+DOORBELL_SUFFIX = ".doorbells"
 # workers.log and its rotated copies (rifflux.logs.RotatingFile).
 SIBLING_FILES = ("workers.log", *(f"workers.log.{n}" for n in range(1, LOG_BACKUPS + 1)))
 
@@ -39,7 +42,8 @@ class IndexFiles:
         databases += [Path(os.path.realpath(p)) for p in extra_databases]
         files = {f"{base}{suffix}" for base in databases for suffix in SQLITE_SUFFIXES}
         files.update(str(db.parent / name) for name in SIBLING_FILES)
-        return cls(frozenset(files), (f"{db}.vectors",))
+        doorbells = tuple(f"{base}{DOORBELL_SUFFIX}" for base in databases[1:])
+        return cls(frozenset(files), (f"{db}.vectors", *doorbells))
 
     @classmethod
     def for_settings(cls, settings: Settings) -> IndexFiles:
