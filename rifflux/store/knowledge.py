@@ -97,6 +97,17 @@ def write_file(conn: sqlite3.Connection, file_id: int, knowledge: FileKnowledge)
 FILE_STATES_PAGE = 2_000
 
 
+def _file_states_select(conn: sqlite3.Connection, version: int) -> tuple[str, tuple[int, ...]]:
+    """The SELECT of :func:`file_states` rows, with its leading parameters."""
+    if has_knowledge(conn):
+        sql = (
+            "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, k.version IS NOT ? FROM files f "
+            "LEFT JOIN file_knowledge k ON k.file_id = f.id "
+        )
+        return sql, (version,)
+    return "SELECT path, mtime_ns, size_bytes, sha256, 1 FROM files f ", ()
+
+
 def file_states(
     conn: sqlite3.Connection, version: int, *, page: int = FILE_STATES_PAGE
 ) -> Iterator[tuple[str, int, int, str, bool]]:
@@ -109,21 +120,14 @@ def file_states(
     with its sorted scan, and holds neither every row nor a read transaction open while
     it reads the changed files (0.3 s at 100k files, as one ``fetchall``).
     """
-    knowledge = has_knowledge(conn)
-    sql = (
-        "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, k.version IS NOT ? FROM files f "
-        "LEFT JOIN file_knowledge k ON k.file_id = f.id "
-        if knowledge
-        else "SELECT path, mtime_ns, size_bytes, sha256, 1 FROM files f "
-    )
+    sql, head = _file_states_select(conn, version)
     cursor = conn.cursor()
     cursor.row_factory = None
     after: str | None = None
     while True:
         where, params = ("", ()) if after is None else ("WHERE f.path > ? ", (after,))
         rows = cursor.execute(
-            sql + where + "ORDER BY f.path LIMIT ?",
-            ((version,) if knowledge else ()) + params + (page,),
+            sql + where + "ORDER BY f.path LIMIT ?", (*head, *params, page)
         ).fetchall()
         for path, mtime_ns, size_bytes, sha256, stale in rows:
             yield path, mtime_ns, size_bytes, sha256, bool(stale)
@@ -137,20 +141,13 @@ def file_states_at(
 ) -> list[tuple[str, int, int, str, bool]]:
     """:func:`file_states` of the stored files at or under ``prefixes`` (stored paths;
     a scoped plan's), sorted by path: one indexed range read per prefix."""
-    knowledge = has_knowledge(conn)
-    sql = (
-        "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, k.version IS NOT ? FROM files f "
-        "LEFT JOIN file_knowledge k ON k.file_id = f.id "
-        if knowledge
-        else "SELECT path, mtime_ns, size_bytes, sha256, 1 FROM files f "
-    )
+    sql, head = _file_states_select(conn, version)
     # "/" + 1 is "0": the paths under "a" are those in ["a/", "a0").
     where = "WHERE f.path = ? OR (f.path > ? AND f.path < ?)"
     found: dict[str, tuple[str, int, int, str, bool]] = {}
     for prefix in prefixes:
-        head = prefix.rstrip("/")
-        params = (head, head + "/", head + "0")
-        rows = conn.execute(sql + where, ((version,) if knowledge else ()) + params)
+        folder = prefix.rstrip("/")
+        rows = conn.execute(sql + where, (*head, folder, folder + "/", folder + "0"))
         for path, mtime_ns, size_bytes, sha256, stale in rows:
             found[path] = (path, mtime_ns, size_bytes, sha256, bool(stale))
     return [found[path] for path in sorted(found)]

@@ -190,24 +190,29 @@ def test_a_watcher_that_keeps_crashing_gives_up(tmp_path: Path) -> None:
     watcher.stop()
 
 
+class FakeQueue:
+    """Jobs whose state a test sets; records each job's scope."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}
+        self.scopes: dict[str, list[str] | None] = {}
+
+    def submit(self, paths, *, scope=None, **_kw):
+        job_id = f"j{len(self.states)}"
+        self.states[job_id] = "queued"
+        self.scopes[job_id] = None if scope is None else list(scope)
+        return job_id
+
+    def job(self, job_id):
+        from rifflux.store.jobs import JobRecord
+
+        return JobRecord(job_id, [], {}, self.states[job_id])
+
+    def unfinished_job_for(self, paths):
+        return None
+
+
 def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> None:
-    from rifflux.store.jobs import JobRecord
-
-    class FakeQueue:
-        def __init__(self) -> None:
-            self.states: dict[str, str] = {}
-
-        def submit(self, paths, **_kw):
-            job_id = f"j{len(self.states)}"
-            self.states[job_id] = "queued"
-            return job_id
-
-        def job(self, job_id):
-            return JobRecord(job_id, [], {}, self.states[job_id])
-
-        def unfinished_job_for(self, paths):
-            return None
-
     queue = FakeQueue()
     coalescer = JobCoalescer(queue, [Path("/docs")])
     assert coalescer.changed() == "j0"
@@ -223,25 +228,7 @@ def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> 
 
 
 def test_coalescer_scopes_jobs_to_the_changed_paths_and_owes_the_rest() -> None:
-    from rifflux.store.jobs import JobRecord
     from rifflux.watch.coalesce import MAX_SCOPE_PATHS
-
-    class FakeQueue:
-        def __init__(self) -> None:
-            self.states: dict[str, str] = {}
-            self.scopes: dict[str, list[str] | None] = {}
-
-        def submit(self, paths, *, scope=None, **_kw):
-            job_id = f"j{len(self.states)}"
-            self.states[job_id] = "queued"
-            self.scopes[job_id] = None if scope is None else list(scope)
-            return job_id
-
-        def job(self, job_id):
-            return JobRecord(job_id, [], {}, self.states[job_id])
-
-        def unfinished_job_for(self, paths):
-            return None
 
     queue = FakeQueue()
     coalescer = JobCoalescer(queue, [Path("/docs")])
