@@ -89,12 +89,14 @@ import structlog
 
 from rifflux.vectors.hnsw import (
     DEFAULT_EF,
+    SAMPLE_ROWS,
     Graph,
     build_graph,
     graph_name,
     measure_recall,
     open_graph,
     recall_passes,
+    sample_recall,
     save_graph,
 )
 from rifflux.vectors.quantize import inverse_norms, quantize_rows, squared_norms
@@ -439,13 +441,24 @@ def attach_hnsw(
     directory: Path, ref: SegmentRef, vectors: np.ndarray, ef: int | None = None
 ) -> SegmentRef:
     """Build the HNSW graph of a segment's int8 rows and measure its recall at ``ef``
-    (default the readers' ``DEFAULT_EF``)
+    (default the readers' ``DEFAULT_EF``), after a graph of a sample of a large
+    segment's rows passed (:func:`~rifflux.vectors.hnsw.sample_recall`)
     with :func:`~rifflux.vectors.hnsw.measure_recall`; the ref that names it, or, below
     ``RECALL_FLOOR``, the ref that records the refused recall (nothing written).
 
     Written like every cache file: a temporary file, fsync, os.replace, sha256 in the
     manifest (hashed by a second read: usearch writes the file itself).
     """
+    sampled = sample_recall(vectors, ef)
+    if sampled is not None and not recall_passes(sampled):
+        log.warning(
+            "vectors.hnsw_refused",
+            segment=ref.id,
+            rows=ref.rows,
+            recall=sampled,
+            sample_rows=SAMPLE_ROWS,
+        )
+        return ref.with_refused_graph(sampled)
     index = build_graph(vectors)
     recall = measure_recall(index, vectors, ef)
     if not recall_passes(recall):

@@ -222,6 +222,47 @@ def test_a_graph_on_structureless_rows_is_refused_and_one_on_clustered_rows_is_u
     assert load_segment(tmp_path, kept, DIM, ef=50).graph is not None
 
 
+@pytest.mark.usefixtures("weak_graphs")
+def test_a_large_segment_is_checked_on_a_sample_before_its_own_graph_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rifflux.vectors import segments
+
+    monkeypatch.setattr(hnsw, "SAMPLE_ROWS", 1000)
+    built: list[int] = []
+    build = hnsw.build_graph
+
+    def counted(vectors: np.ndarray, threads: int = 0) -> object:
+        built.append(int(vectors.shape[0]))
+        return build(vectors, threads)
+
+    monkeypatch.setattr(hnsw, "build_graph", counted)
+    monkeypatch.setattr(segments, "build_graph", counted)
+    recalls, builds = {}, {}
+    for name, vectors in (("random", structureless(4000)), ("clustered", clustered()[0])):
+        ids = np.arange(vectors.shape[0], dtype=np.int64)
+        ref = write_segment(tmp_path, 1, vectors, ids, ids, [f"d{i:05d}.md" for i in ids], ids)
+        built.clear()
+        attached = attach_hnsw(tmp_path, ref, vectors)
+        recalls[name], builds[name] = (attached.hnsw, attached.hnsw_recall), list(built)
+
+    # Random rows: the sample's graph falls short, so the segment's is never built.
+    graph, recall = recalls["random"]
+    assert builds["random"] == [1000]
+    assert graph is None and recall is not None and recall < hnsw.RECALL_FLOOR
+    # Clustered rows: the sample passes, then the segment's own graph is built and checked.
+    graph, recall = recalls["clustered"]
+    assert builds["clustered"] == [1000, ROWS]
+    assert graph and recall is not None and recall >= hnsw.RECALL_FLOOR
+    # At most twice the sample's rows, a segment builds its own graph straight away.
+    built.clear()
+    small = structureless(2000)
+    ids = np.arange(2000, dtype=np.int64)
+    ref = write_segment(tmp_path, 1, small, ids, ids, [f"d{i:05d}.md" for i in ids], ids)
+    attach_hnsw(tmp_path, ref, small)
+    assert built == [2000]
+
+
 def searches(cfg: Settings) -> list[dict[str, object]]:
     service = SearchService(cfg)
     try:
