@@ -93,12 +93,15 @@ def process_role(pid: str) -> str:
 
 
 class RssSampler(threading.Thread):
-    """Peak RSS (``VmHWM``, KiB) of every process whose environment names the index."""
+    """Peak RSS (``VmHWM``, KiB) of every process whose environment names the index, and
+    the largest anonymous part of its RSS (``RssAnon``) seen by a sample: the rest is
+    file-backed pages (the mapped vector cache and graphs, shared page cache)."""
 
     def __init__(self, db: Path) -> None:
         super().__init__(daemon=True)
         self.marker = f"RIFFLUX_DB_PATH={db}".encode()
         self.peaks: dict[str, int] = {}
+        self.anon_peaks: dict[str, int] = {}
         self.stop = threading.Event()
 
     def sample(self) -> None:
@@ -113,6 +116,9 @@ class RssSampler(threading.Thread):
                     if line.startswith("VmHWM:"):
                         kib = int(line.split()[1])
                         self.peaks[name] = max(self.peaks.get(name, 0), kib)
+                    elif line.startswith("RssAnon:"):
+                        kib = int(line.split()[1])
+                        self.anon_peaks[name] = max(self.anon_peaks.get(name, 0), kib)
             except (OSError, ValueError):
                 continue
 
@@ -387,9 +393,20 @@ async def run(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[s
     report["peak_rss_mib"] = {
         name: round(kib / 1024) for name, kib in sorted(sampler.peaks.items())
     }
+    report["peak_anon_mib"] = {
+        name: round(kib / 1024) for name, kib in sorted(sampler.anon_peaks.items())
+    }
     text_bytes = sum(p.stat().st_size for p in corpus.rglob("*.md"))
     report["database"] = database_bytes(db, int(report.get("chunks") or 0), text_bytes)
     return report
+
+
+def anonymous(report: dict[str, Any]) -> str:
+    """The sampled anonymous peaks as the RSS row shows them (absent in older reports)."""
+    peaks = report.get("peak_anon_mib") or {}
+    front = max((v for k, v in peaks.items() if k.startswith("front")), default=0)
+    workers = sorted(v for k, v in peaks.items() if not k.startswith("front"))
+    return f"{front} / {', '.join(map(str, workers))} MiB" if peaks else "not sampled"
 
 
 def markdown_rows(report: dict[str, Any]) -> str:
@@ -429,6 +446,7 @@ def markdown_rows(report: dict[str, Any]) -> str:
             f"{fresh['first']['keyword_s']} / {fresh['first']['semantic_s']} s",
         ),
         ("peak RSS front / workers", f"{front} / {', '.join(map(str, sorted(workers)))} MiB"),
+        ("peak anonymous RSS front / workers (sampled)", anonymous(report)),
         (
             "database bytes per chunk (checkpointed / with WAL)",
             f"{database['bytes_per_chunk']:,} / {database['bytes_per_chunk_with_wal']:,}",
