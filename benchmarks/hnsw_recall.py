@@ -79,7 +79,16 @@ def read_vectors(db: Path, model: str) -> np.ndarray:
     if not rows:
         sys.exit(f"no {model} vectors in {db}")
     dim = int(rows[0][0])
-    return np.stack([np.frombuffer(blob, dtype=np.float32, count=dim) for _, blob in rows])
+    # float32 rows of older indexes, int8 rows (store/vector_blobs.py) of newer ones:
+    # told apart by length; the direction is what counts here, not the scale.
+    return np.stack(
+        [
+            np.frombuffer(
+                blob, dtype=np.float32 if len(blob) == 4 * dim else np.int8, count=dim
+            ).astype(np.float32)
+            for _, blob in rows
+        ]
+    )
 
 
 def unit(matrix: np.ndarray) -> np.ndarray:
