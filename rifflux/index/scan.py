@@ -257,7 +257,8 @@ def scope_in_roots(
     """The changed ``paths`` as the scope of a job of ``roots``: each re-based onto the
     realpath of the first root holding it (a job stores its roots resolved), none under
     another (a folder covers what is in it), sorted. None (the whole roots) when there
-    is no path, or a path is a root itself or lies above or outside all of them."""
+    is no path, or a path is a root itself, holds one (nested roots: the other root's
+    walk judges it by its own globs) or lies above or outside all of them."""
     bases = [(os.path.abspath(r), os.fspath(real(r))) for r in roots]
     scope: set[str] = set()
     for raw in paths:
@@ -272,6 +273,9 @@ def scope_in_roots(
     for path in sorted(scope):
         if not kept or not path.startswith(kept[-1].rstrip(os.sep) + os.sep):
             kept.append(path)
+    for _, real_root in bases:
+        if any(real_root == p or real_root.startswith(p.rstrip(os.sep) + os.sep) for p in kept):
+            return None
     return tuple(kept) or None
 
 

@@ -182,6 +182,12 @@ def test_the_scope_of_changed_paths(tmp_path: Path) -> None:
     assert scope_in_roots([root], [tmp_path]) is None
     assert scope_in_roots([root], [tmp_path / "other.md"]) is None
     assert scope_in_roots([root], []) is None
+    # Nested roots: a path that is, or holds, another root is judged by that root's own
+    # walk too, so the job scans whole.
+    inner = root / "a" / "inner"
+    assert scope_in_roots([root, inner], [inner]) is None
+    assert scope_in_roots([root, inner], [root / "a"]) is None
+    assert scope_in_roots([root, inner], [inner / "x.md"]) == (str(inner / "x.md"),)
     # Re-based onto the root's realpath, as the job stores its roots.
     assert scope_in_roots([linked], [linked / "n.md"]) == (str(real_root / "n.md"),)
 
