@@ -49,11 +49,11 @@ DEFAULT_CORPUS = REPO / "tests" / "corpus" / "awesome-copilot"
 POLL_SECONDS = 0.05
 
 
-def server_env(repo: Path, db: Path, root: Path) -> dict[str, str]:
+def server_env(repo: Path, db: Path, root: Path, backend: str = "hash") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
     env.update(
         RIFFLUX_DB_PATH=str(db),
-        RIFFLUX_EMBEDDING_BACKEND="hash",
+        RIFFLUX_EMBEDDING_BACKEND=backend,
         RIFFLUX_BASE_DIR=str(root),
         RIFFLUX_LOG_LEVEL="INFO",
         PYTHONPATH=str(repo),
@@ -139,7 +139,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         root = work / "corpus"
         shutil.copytree(args.corpus, root)
         db = work / "index" / "index.db"
-        env = server_env(args.repo, db, root)
+        env = server_env(args.repo, db, root, args.backend)
         index_corpus(args.repo, env, root)
         params = StdioServerParameters(
             command=sys.executable,
@@ -234,6 +234,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO, help="the Rifflux checkout to run")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument(
+        "--backend",
+        choices=["hash", "onnx"],
+        default="hash",
+        help="the embedder (onnx: index a small --corpus, ~10 chunks/s)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="steady-state edits")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between edits")
     parser.add_argument(

@@ -65,6 +65,11 @@ settings = setup.configure()
 EMBED_TIME_LIMIT_MS = 30 * 60_000
 WRITE_TIME_LIMIT_MS = 10 * 60_000
 PLAN_TIME_LIMIT_MS = 60 * 60_000
+# The finalize publishes the vector cache, and a publish builds the HNSW graphs of large
+# segments (~1 ms of CPU a row: minutes for each 262,144-row base segment). Dramatiq's
+# default of 10 minutes failed a 100k-file job under load with TimeLimitExceeded, every
+# retry starting the publish over.
+FINALIZE_TIME_LIMIT_MS = 60 * 60_000
 MIN_BACKOFF_MS = 500
 MAX_BACKOFF_MS = 30_000
 
@@ -295,6 +300,7 @@ def plan_failed(message_data: dict[str, Any], exception_data: dict[str, Any]) ->
     actor_name=names.FINALIZE_ACTOR,
     queue_name=names.PLAN_QUEUE,
     max_retries=8,
+    time_limit=FINALIZE_TIME_LIMIT_MS,
     throws=PERMANENT_ERRORS,
 )
 def finalize_job(message: dict[str, Any]) -> None:
