@@ -15,7 +15,7 @@ $(BIN)/rifflux: pyproject.toml
 
 # Bytecode for our own modules, as installing a wheel writes it. An editable install
 # leaves it to the first import, which never writes it where PYTHONDONTWRITEBYTECODE is
-# set: then every worker process compiled rifflux and workers from source at boot, ~55 ms
+# set: then every worker process compiled rifflux and workers from source at boot, ~60 ms
 # of CPU each (BENCHMARKS.md, "Worker boot"). Quick when nothing changed.
 install: $(BIN)/rifflux
 	$(BIN)/python -m compileall -q rifflux workers
