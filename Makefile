@@ -13,7 +13,12 @@ $(BIN)/rifflux: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# Bytecode for our own modules, as installing a wheel writes it. An editable install
+# leaves it to the first import, which never writes it where PYTHONDONTWRITEBYTECODE is
+# set: then every worker process compiled rifflux and workers from source at boot, ~60 ms
+# of CPU each (BENCHMARKS.md, "Worker boot"). Quick when nothing changed.
 install: $(BIN)/rifflux
+	$(BIN)/python -m compileall -q rifflux workers
 
 # Workers on the embedded SQLite broker, an index job for $(RIFFLUX_ROOT), and the MCP
 # server over streamable HTTP on 127.0.0.1:8765 (see Procfile).

@@ -19,6 +19,10 @@ from the index-host queues, see :func:`split_queues`) until one of:
 
 from __future__ import annotations
 
+# First, before numpy or structlog: see workers.bootstrap.
+import workers.bootstrap  # noqa: F401
+
+# isort: split
 import argparse
 import importlib
 import logging

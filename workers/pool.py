@@ -37,6 +37,10 @@ starts a pool: 0.28 → 0.14 CPU-s (BENCHMARKS.md, issue 13).
 
 from __future__ import annotations
 
+# First, before numpy or structlog: see workers.bootstrap.
+import workers.bootstrap  # noqa: F401
+
+# isort: split
 import argparse
 import contextlib
 import ctypes
