@@ -541,7 +541,7 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
     finally:
         conn.close()
     if embedded and not ready:
-        publish_if_due(request.db_path, spec.vector_index)
+        publish_if_due(request.db_path)
     return RowsOutcome(None if done else embed_request, ready)
 
 
@@ -591,7 +591,6 @@ def write_vectors(request: VectorsRequest) -> bool:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
             return False
-        vector_index = JobSpec.from_dict(job.options).vector_index
         retries = request.retries
 
         def count_busy_retry(_attempt: int, _exc: BaseException) -> None:
@@ -621,7 +620,7 @@ def write_vectors(request: VectorsRequest) -> bool:
     finally:
         conn.close()
     if not ready:
-        publish_if_due(request.db_path, vector_index)
+        publish_if_due(request.db_path)
     return ready
 
 
@@ -629,7 +628,7 @@ _last_publish_seconds = 0.0
 _publishing = threading.Lock()
 
 
-def publish_if_due(db_path: str | Path, vector_index: str) -> None:
+def publish_if_due(db_path: str | Path) -> None:
     """Publish the vector cache while a job's vector phase runs, when it is due (see
     :data:`PUBLISH_EVERY_SECONDS`): semantic search sees new vectors in steps during a
     long job, not only when it ends. Finalize always publishes.
@@ -649,20 +648,22 @@ def publish_if_due(db_path: str | Path, vector_index: str) -> None:
         return
     threading.Thread(
         target=_publish_in_background,
-        args=(db_path, vector_index),
+        args=(db_path,),
         name="rifflux-publish",
         daemon=True,
     ).start()
 
 
-def _publish_in_background(db_path: str | Path, vector_index: str) -> None:
+def _publish_in_background(db_path: str | Path) -> None:
+    """A mid-job publish: the vectors so far, scanned exactly. It builds no HNSW graph
+    (whatever the job's ``vector_index``): the segments it writes are rewritten by the next
+    publishes of a growing index, and a graph costs ~1 ms of CPU a row, so the 100k-file
+    job built and threw away graphs it never searched; the finalize's publish builds the
+    graphs of the segments that stay."""
     global _last_publish_seconds
     try:
         started = time.perf_counter()
-        if (
-            publish(db_path, source="vectors", blocking=False, vector_index=vector_index)
-            is not None
-        ):
+        if publish(db_path, source="vectors", blocking=False, vector_index="exact") is not None:
             _last_publish_seconds = time.perf_counter() - started
     except Exception as exc:
         log.exception("vectors.publish_failed", db_path=str(db_path), error=str(exc))

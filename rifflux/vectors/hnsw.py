@@ -131,7 +131,7 @@ def search_verdict(
         return "exact", "graph unchecked (no measured recall); the next publish measures it"
     if rows < HNSW_MIN_ROWS:
         return "exact", f"below HNSW_MIN_ROWS ({HNSW_MIN_ROWS})"
-    return "exact", "no graph (published with RIFFLUX_VECTOR_INDEX=exact)"
+    return "exact", "no graph yet (a job's last publish builds it) or published exact"
 
 
 def graph_name(segment_id: str) -> str:

@@ -343,3 +343,31 @@ def test_an_inline_embedder_of_another_model_leaves_the_vectors_to_the_embed_ste
     outcomes = [pipeline.chunk(r, other) for r in sent.chunks]
     assert all(o.embed is not None for o in outcomes)
     assert record(settings, job_id).chunks_embedded == 0
+
+
+def test_a_publish_during_a_job_builds_no_graph_and_the_finalize_builds_them(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Mid-job publishes write segments the next ones rewrite: a graph there (~1 ms of
+    CPU a row) would be built for nothing. The finalize's publish builds them."""
+    from rifflux.vectors.segments import read_manifest, vectors_dir
+
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    settings = make_settings(tmp_path, vector_index="hnsw", batch_target_bytes=20_000)
+    monkeypatch.setattr(pipeline, "PUBLISH_EVERY_SECONDS", 0.0)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    assert len(sent.chunks) > 2
+    run_batch(sent.chunks[0])
+    # The vector write found a publish due and ran it in the background: wait for it.
+    with pipeline._publishing:
+        pass
+    mid = read_manifest(vectors_dir(settings.db_path))[0]
+    assert mid is not None and mid.rows > 0
+    assert all(s.hnsw is None and s.hnsw_recall is None for s in mid.segments)
+    for request in sent.chunks[1:]:
+        run_batch(request)
+    pipeline.finalize(finalize_request(str(settings.db_path), job_id))
+    final = read_manifest(vectors_dir(settings.db_path))[0]
+    assert final is not None and final.rows > mid.rows
+    assert all(s.hnsw is not None and s.hnsw_recall is not None for s in final.segments)
