@@ -264,17 +264,18 @@ def scope_in_roots(
     for raw in paths:
         path = os.path.abspath(raw)
         holder = next(
-            (pair for pair in bases if path.startswith(pair[0].rstrip(os.sep) + os.sep)), None
+            (pair for pair in bases if path != pair[0] and real_is_within(path, [pair[0]])),
+            None,
         )
         if holder is None:
             return None
         scope.add(os.path.join(holder[1], os.path.relpath(path, holder[0])))
     kept: list[str] = []
     for path in sorted(scope):
-        if not kept or not path.startswith(kept[-1].rstrip(os.sep) + os.sep):
+        if not kept or not real_is_within(path, kept[-1:]):
             kept.append(path)
     for _, real_root in bases:
-        if any(real_root == p or real_root.startswith(p.rstrip(os.sep) + os.sep) for p in kept):
+        if real_is_within(real_root, kept):
             return None
     return tuple(kept) or None
 
@@ -308,7 +309,7 @@ def scan_scope(
         root_path = os.path.abspath(root)
         if not os.path.isdir(root_path):
             continue
-        under = [p for p in scope if p.startswith(root_path.rstrip(os.sep) + os.sep)]
+        under = [p for p in scope if p != root_path and real_is_within(p, [root_path])]
         streams.append(_scope_stream(root_path, under, walk, held))
     files = list(_distinct(heapq.merge(*streams, key=_by_path)))
     if stats.links:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from rifflux.store.reader import paths_under
 from rifflux.store.rows import KINDS, FileKnowledge
 from rifflux.store.schema import KNOWLEDGE_TABLE, has_schema_object
 
@@ -142,12 +143,10 @@ def file_states_at(
     """:func:`file_states` of the stored files at or under ``prefixes`` (stored paths;
     a scoped plan's), sorted by path: one indexed range read per prefix."""
     sql, head = _file_states_select(conn, version)
-    # "/" + 1 is "0": the paths under "a" are those in ["a/", "a0").
     where = "WHERE f.path = ? OR (f.path > ? AND f.path < ?)"
     found: dict[str, tuple[str, int, int, str, bool]] = {}
     for prefix in prefixes:
-        folder = prefix.rstrip("/")
-        rows = conn.execute(sql + where, (*head, folder, folder + "/", folder + "0"))
+        rows = conn.execute(sql + where, (*head, prefix.rstrip("/"), *paths_under(prefix)))
         for path, mtime_ns, size_bytes, sha256, stale in rows:
             found[path] = (path, mtime_ns, size_bytes, sha256, bool(stale))
     return [found[path] for path in sorted(found)]

@@ -56,6 +56,13 @@ def select_in(
         yield from conn.execute(sql.format(marks=",".join("?" * len(part))), (*params, *part))
 
 
+def paths_under(folder: str) -> tuple[str, str]:
+    """The stored paths strictly under ``folder`` are those ``> low`` and ``< high``:
+    ("a/", "a0"), as "0" is the character after "/" (an indexed range on ``files.path``)."""
+    head = folder.rstrip("/")
+    return head + "/", head + "0"
+
+
 def get_metadata(conn: sqlite3.Connection, key: str) -> str | None:
     row = conn.execute("SELECT value FROM index_metadata WHERE key = ?", (key,)).fetchone()
     return str(row["value"]) if row else None
@@ -162,10 +169,9 @@ class IndexReader:
 
     def has_files_under(self, folder: str) -> bool:
         """True if a stored file lies under the stored path ``folder`` (one indexed
-        range probe: the paths under "a" are those in ["a/", "a0"))."""
-        head = folder.rstrip("/")
+        range probe, :func:`paths_under`)."""
         row = self.conn.execute(
-            "SELECT 1 FROM files WHERE path > ? AND path < ? LIMIT 1", (head + "/", head + "0")
+            "SELECT 1 FROM files WHERE path > ? AND path < ? LIMIT 1", paths_under(folder)
         ).fetchone()
         return row is not None
 

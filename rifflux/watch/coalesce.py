@@ -31,6 +31,7 @@ from typing import Protocol
 
 import structlog
 
+from rifflux.index.allowed import real_is_within
 from rifflux.store.jobs import JobRecord
 
 log = structlog.get_logger(__name__)
@@ -144,7 +145,4 @@ def _covers(scope: frozenset[str] | None, named: set[str] | None) -> bool:
         return True
     if named is None:
         return False
-    return all(
-        any(path == s or path.startswith(s.rstrip(os.sep) + os.sep) for s in scope)
-        for path in named
-    )
+    return all(real_is_within(path, scope) for path in named)
