@@ -37,6 +37,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from rifflux.config import Settings
 from rifflux.index.changes import (
@@ -50,6 +51,7 @@ from rifflux.index.scan import (
     ScannedFile,
     ScanStats,
     SkippedFile,
+    SkipSink,
     is_under,
     iter_scan,
     root_prefixes,
@@ -165,22 +167,21 @@ def stream_plan(
     """
     found = PlanFound(root_prefixes(roots, base_dir))
     stats = ScanStats()
-    scoped = _scan_scope(conn, cfg, roots, scope, base_dir, found) if scope else None
+    rules = _ScanRules(
+        base_dir=base_dir,
+        include_globs=cfg.include_globs,
+        exclude_globs=cfg.exclude_globs,
+        skipped=found.scan_skipped,
+        index_files=IndexFiles.for_settings(cfg),
+        allow_secret_paths=cfg.allow_secret_paths,
+    )
+    scoped = _scan_scope(conn, roots, scope, found, rules) if scope else None
     scanned: Iterable[ScannedFile]
     if scoped is not None:
         found.scope = [to_rel_path(path, base_dir) for path in scope or ()]
         scanned = scoped
     else:
-        scanned = iter_scan(
-            roots,
-            base_dir=base_dir,
-            include_globs=cfg.include_globs,
-            exclude_globs=cfg.exclude_globs,
-            skipped=found.scan_skipped,
-            index_files=IndexFiles.for_settings(cfg),
-            allow_secret_paths=cfg.allow_secret_paths,
-            stats=stats,
-        )
+        scanned = iter_scan(roots, **rules, stats=stats)
     with transaction(conn):
         jobs.delete_batches(conn, job_id)
     lacking = IndexReader(conn).paths_without_vectors()
@@ -240,13 +241,24 @@ def stream_plan(
     return found
 
 
+class _ScanRules(TypedDict):
+    """The arguments a job's scan is judged by, whole (:func:`iter_scan`) or scoped
+    (:func:`scan_scope`) alike."""
+
+    base_dir: Path
+    include_globs: Sequence[str]
+    exclude_globs: Sequence[str]
+    skipped: SkipSink
+    index_files: IndexFiles
+    allow_secret_paths: bool
+
+
 def _scan_scope(
     conn: sqlite3.Connection,
-    cfg: Settings,
     roots: Sequence[Path],
     scope: Sequence[str],
-    base_dir: Path,
     found: PlanFound,
+    rules: _ScanRules,
 ) -> list[ScannedFile] | None:
     """The scoped scan's files, or None where only a scan of the whole roots is exact:
     a root whose last whole scan met a symlink (or that was never scanned whole), or a
@@ -254,16 +266,7 @@ def _scan_scope(
     recorded = _recorded_links(conn)
     if any(recorded.get(prefix, 1) for prefix in found.root_prefixes):
         return None
-    return scan_scope(
-        roots,
-        scope,
-        base_dir=base_dir,
-        include_globs=cfg.include_globs,
-        exclude_globs=cfg.exclude_globs,
-        skipped=found.scan_skipped,
-        index_files=IndexFiles.for_settings(cfg),
-        allow_secret_paths=cfg.allow_secret_paths,
-    )
+    return scan_scope(roots, scope, **rules)
 
 
 def _recorded_links(conn: sqlite3.Connection) -> dict[str, int]:
