@@ -27,6 +27,7 @@ import argparse
 import importlib
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -55,8 +56,6 @@ def resident_bytes() -> int:
         with open("/proc/self/statm", encoding="ascii") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        import resource
-
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -92,6 +91,47 @@ class RecycleMiddleware(Middleware):
                 return
         log.info("worker.recycling", reason=self.reason, processed=self.processed)
         self.stop.set()
+
+
+PEAK_STEP_BYTES = 16 * 2**20
+"""Report the process's peak resident memory each time it has grown by this much."""
+
+
+def memory_status() -> dict[str, int]:
+    """This process's peak, anonymous and file-backed resident memory now, in MiB
+    (Linux ``/proc/self/status``; empty elsewhere)."""
+    wanted = {"VmHWM:": "peak_mib", "RssAnon:": "anon_mib", "RssFile:": "file_mib"}
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                name, _, rest = line.partition("\t")
+                if name in wanted:
+                    found[wanted[name]] = int(rest.split()[0]) // 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
+class PeakMemoryMiddleware(Middleware):
+    """Logs ``worker.peak_rss`` with the message's actor whenever the process's peak
+    resident memory has grown by :data:`PEAK_STEP_BYTES` since the last report, so a
+    worker's peak is traced to the step that made it (one ``getrusage`` a message)."""
+
+    def __init__(self, step_bytes: int = PEAK_STEP_BYTES) -> None:
+        self.step_bytes = step_bytes
+        self.reported = 0
+        self._lock = threading.Lock()
+
+    def after_process_message(
+        self, broker: dramatiq.Broker, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with self._lock:
+            if peak < self.reported + self.step_bytes:
+                return
+            self.reported = peak
+        log.info("worker.peak_rss", actor=message.actor_name, **memory_status())
 
 
 class EmbedPriority(Middleware):
@@ -192,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop, max_messages=args.max_messages, max_rss_bytes=args.max_rss_mb * 2**20
     )
     broker.add_middleware(recycle)
+    broker.add_middleware(PeakMemoryMiddleware())
     split = split_queues(
         args.queues, broker.get_declared_queues(), args.threads, args.lexical_threads
     )

@@ -34,7 +34,7 @@ from rifflux.status import index_status
 from rifflux.store.connection import connect
 from rifflux.store.jobs import JobRecord
 from workers import pool as pool_module
-from workers.child import RecycleMiddleware
+from workers.child import PeakMemoryMiddleware, RecycleMiddleware, memory_status
 from workers.pool import PoolSpec, WorkerPool, backoff_seconds
 
 pytestmark = pytest.mark.slow
@@ -213,6 +213,8 @@ def test_children_are_recycled_after_max_messages_and_the_job_is_unchanged(
     messages = 1 + 3 * record.batches_total + 1
     assert recycled >= messages // 10 - 1
     assert "pool.child_died" not in log
+    # Each fresh child's first message lifts its peak past the first report's step.
+    assert '"event": "worker.peak_rss"' in log and '"actor": "' in log
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
 
 
@@ -228,6 +230,26 @@ def test_recycle_middleware_asks_to_stop_past_the_memory_limit() -> None:
     for _ in range(100):
         unlimited.after_process_message(None, None)  # type: ignore[arg-type]
     assert not calm.is_set() and unlimited.processed == 100
+
+
+def test_peak_memory_is_reported_once_per_step_of_growth(monkeypatch) -> None:
+    reports: list[dict[str, object]] = []
+    monkeypatch.setattr(
+        "workers.child.log.info", lambda event, **fields: reports.append({"event": event, **fields})
+    )
+
+    class Message:
+        actor_name = "chunk_batch"
+
+    middleware = PeakMemoryMiddleware(step_bytes=2**20)
+    middleware.after_process_message(None, Message())  # type: ignore[arg-type]
+    middleware.after_process_message(None, Message())  # type: ignore[arg-type]
+    assert len(reports) == 1 and reports[0]["actor"] == "chunk_batch"
+    ballast = bytes(range(256)) * 32_768  # 8 MiB written: resident, the peak grows
+    middleware.after_process_message(None, Message())  # type: ignore[arg-type]
+    assert len(reports) == 2 and len(ballast) > 0
+    status = memory_status()
+    assert status["peak_mib"] >= status["anon_mib"] > 0
 
 
 def test_backoff_doubles_and_is_capped() -> None:
