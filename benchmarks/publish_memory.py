@@ -19,6 +19,12 @@ CPU seconds (user + system) and wall seconds, and the segments it wrote.
 below 0 in the child, the generation bumped): every row taken from the segments a full
 publish by the same code wrote just before, in its own child.
 
+``changes`` (not run by default: it changes the index): the publish of a job that
+rewrote 30% of the rows since the last publish, read from the change log, as a large
+job's mid-job and final publishes are (a full rewrite: tombstones and new rows exceed
+``COMPACT_FRACTION``): a full publish by the same code first, then every row whose id
+is 0, 1 or 2 mod 10 gets a new embed hash (logged by the schema's triggers).
+
 ``front`` (after the publishes, on the cache the last one left, for each code version):
 a reader process's cache status, thorough status (``rifflux status --check``: every
 row's identity against the database) and 20 semantic searches, with the same figures.
@@ -67,6 +73,12 @@ with sqlite3.connect(db) as conn:
 publish_module.COMPACT_FRACTION = -1.0
 result = publish_module.publish(db, source="bench", vector_index=mode)
 out = {"action": result.action, "rows": result.manifest.rows,
+       "segments": [s.rows for s in result.manifest.segments]}
+"""
+CHANGES = """
+from rifflux.vectors.publish import publish
+result = publish(db, source="bench", vector_index=mode)
+out = {"action": result.action, "rows": result.manifest.rows, "rows_read": result.rows_read,
        "segments": [s.rows for s in result.manifest.segments]}
 """
 FRONT = """
@@ -156,9 +168,31 @@ def run_child(db_path: Path, mode: str, pythonpath: str | None, step: str) -> di
     status, 20 semantic searches, on the cache the last publish left)."""
     if step == "publish":
         shutil.rmtree(f"{db_path}.vectors", ignore_errors=True)
-    if step == "rewrite":
+    if step in ("rewrite", "changes"):
         run_child(db_path, mode, pythonpath, "publish")
-    code = PRELUDE + {"publish": PUBLISH, "rewrite": REWRITE, "front": FRONT}[step] + EPILOGUE
+    if step == "changes":
+        with sqlite3.connect(db_path, isolation_level=None) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            # The text index holds none of these rows (build_index): only the change log's
+            # triggers may see the update.
+            triggers = conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                "AND name NOT LIKE 'chunk_changes%'"
+            ).fetchall()
+            for name, _ in triggers:
+                conn.execute(f"DROP TRIGGER {name}")
+            conn.execute(
+                "UPDATE chunks SET embed_sha256 = lower(hex(randomblob(32))) WHERE id % 10 < 3"
+            )
+            for _, sql in triggers:
+                conn.execute(sql)
+            conn.execute(
+                "UPDATE index_metadata SET value = CAST(value AS INTEGER) + 1 "
+                "WHERE key = 'generation'"
+            )
+            conn.execute("COMMIT")
+    steps = {"publish": PUBLISH, "rewrite": REWRITE, "changes": CHANGES, "front": FRONT}
+    code = PRELUDE + steps[step] + EPILOGUE
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath

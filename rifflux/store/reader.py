@@ -237,17 +237,15 @@ class IndexReader:
             params=(model,),
         )
 
-    def vector_rows_at(self, rowids: Iterable[int], model: str, dim: int) -> list[sqlite3.Row]:
+    def vector_rows_at(self, rowids: Iterable[int], model: str, dim: int) -> Iterator[sqlite3.Row]:
         """(rowid, path, chunk_index, embed hash) of those ``rowids`` with a ``model``
-        vector of ``dim``, unordered: :meth:`vector_rows` for the rows a publish was told
-        changed (rifflux.store.changes)."""
-        return list(
-            select_in(
-                self.conn,
-                _VECTOR_ROWS + "WHERE e.model = ? AND e.dim = ? AND c.id IN ({marks})",
-                rowids,
-                params=(model, dim),
-            )
+        vector of ``dim``, unordered, one at a time: :meth:`vector_rows` for the rows a
+        publish was told changed (rifflux.store.changes)."""
+        return select_in(
+            self.conn,
+            _VECTOR_ROWS + "WHERE e.model = ? AND e.dim = ? AND c.id IN ({marks})",
+            rowids,
+            params=(model, dim),
         )
 
     def vector_of_chunk(self, path: str, chunk_index: int) -> bytes | None:

@@ -236,10 +236,8 @@ def changed_rows(
     them that have a ``model`` vector now, sorted by (path, chunk_index) (call inside the
     read transaction)."""
     changed = np.unique(np.fromiter(changes.changed_rowids(conn, since), dtype=np.int64))
-    rows = sorted(
-        IndexReader(conn).vector_rows_at(changed.tolist(), model, dim), key=lambda r: (r[1], r[2])
-    )
-    return changed, _db_rows(generation, model, dim, rows)
+    rows = IndexReader(conn).vector_rows_at(changed.tolist(), model, dim)
+    return changed, _sorted_db_rows(generation, model, dim, rows)
 
 
 def _db_rows(generation: int, model: str | None, dim: int, rows: Iterable[sqlite3.Row]) -> DbRows:
@@ -263,6 +261,42 @@ def _db_rows(generation: int, model: str | None, dim: int, rows: Iterable[sqlite
         path_ordinals=_int64(ordinals),
         path_names=names,
         chunk_indexes=_int64(indexes),
+    )
+
+
+def _sorted_db_rows(
+    generation: int, model: str | None, dim: int, rows: Iterable[sqlite3.Row]
+) -> DbRows:
+    """:func:`_db_rows` of rows in any order, sorted here by (path, chunk_index): each row
+    is read into the int64 columns as it comes (each path once), then the columns are
+    sorted. A job's publish reads hundreds of thousands of changed rows: sorting them as
+    Python rows held every row's path and hex hash strings (a worker's 316 MiB peak at
+    100k files)."""
+    rowids, idents, ordinals, indexes = array("q"), array("q"), array("q"), array("q")
+    ordinal_of: dict[str, int] = {}
+    for rowid, path, chunk_index, embed_sha256 in rows:
+        rowids.append(rowid)
+        idents.append(row_ident(rowid, path, chunk_index, embed_sha256))
+        ordinals.append(ordinal_of.setdefault(path, len(ordinal_of)))
+        indexes.append(chunk_index)
+    names = sorted(ordinal_of)
+    # rank[k]: where the path first seen k-th stands in sorted order.
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.fromiter((ordinal_of[name] for name in names), np.int64, len(names))] = np.arange(
+        len(names)
+    )
+    path_ordinals = rank[_int64(ordinals)]
+    chunk_indexes = _int64(indexes)
+    order = np.lexsort((chunk_indexes, path_ordinals))
+    return DbRows(
+        generation=generation,
+        model=model,
+        dim=dim,
+        rowids=_int64(rowids)[order],
+        idents=_int64(idents)[order],
+        path_ordinals=path_ordinals[order],
+        path_names=names,
+        chunk_indexes=chunk_indexes[order],
     )
 
 

@@ -272,3 +272,23 @@ def test_a_manifest_behind_the_pruned_log_lists_every_row(tmp_path: Path, cfg: S
     assert result.rows_read == result.manifest.rows
     assert read_manifest(vectors_dir(cfg.db_path)) is not None
     assert_same_as_full_publish(cfg.db_path, tmp_path)
+
+
+def test_changed_rows_are_sorted_as_a_full_listing_sorts_them() -> None:
+    """The changed rows arrive in rowid chunks, in no order; they are read into columns
+    and sorted there, which must give the arrays of the rows sorted as Python rows."""
+    rng = random.Random(22)
+    paths = [f"docs/{rng.choice('abc')}/{rng.randrange(60):02d}.md" for _ in range(40)]
+    rows = [
+        (rowid, rng.choice(paths), rng.randrange(12), f"{rng.getrandbits(256):064x}")
+        for rowid in rng.sample(range(1, 10_000), 400)
+    ]
+    rows = list({(path, index): (r, path, index, h) for r, path, index, h in rows}.values())
+    rng.shuffle(rows)
+    got = publish_module._sorted_db_rows(7, "hash:384", 384, rows)
+    want = publish_module._db_rows(7, "hash:384", 384, sorted(rows, key=lambda r: (r[1], r[2])))
+    assert got.path_names == want.path_names
+    for field in ("rowids", "idents", "path_ordinals", "chunk_indexes"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field
+    empty = publish_module._sorted_db_rows(7, "hash:384", 384, [])
+    assert empty.rowids.shape == (0,) and empty.path_names == []
