@@ -131,7 +131,7 @@ class PeakMemoryMiddleware(Middleware):
             if peak < self.reported + self.step_bytes:
                 return
             self.reported = peak
-        log.info("worker.peak_rss", actor=message.actor_name, **memory_status())
+        log.info("worker.peak_rss", actor=message.actor_name, pid=os.getpid(), **memory_status())
 
 
 class EmbedPriority(Middleware):

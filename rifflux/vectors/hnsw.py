@@ -77,6 +77,8 @@ from typing import Any
 import numkong
 import numpy as np
 
+from rifflux.vectors.pages import gather_rows
+
 # Graph settings (BENCHMARKS.md, "Approximate vector search").
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
@@ -208,7 +210,7 @@ def sample_recall(vectors: np.ndarray, ef: int | None = None) -> float | None:
         return None
     rng = np.random.default_rng(SAMPLE_SEED)
     positions = np.sort(rng.choice(rows, size=SAMPLE_ROWS, replace=False))
-    sample = np.ascontiguousarray(vectors[positions], dtype=np.int8)
+    sample = gather_rows(vectors, positions)
     return measure_recall(build_graph(sample), sample, ef)
 
 

@@ -104,6 +104,7 @@ from rifflux.store.reader import IndexReader
 from rifflux.store.vector_blobs import int8_rows
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.hnsw import DEFAULT_EF, SUFFIX, wants_graph
+from rifflux.vectors.pages import drop_pages
 from rifflux.vectors.segments import (
     LOCK_NAME,
     MANIFEST_NAME,
@@ -120,7 +121,6 @@ from rifflux.vectors.segments import (
     StatKey,
     attach_hnsw,
     check_hnsw,
-    drop_pages,
     files_as_published,
     format_is_current,
     live_column,

@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import secrets
 import threading
@@ -757,22 +756,6 @@ def map_vectors(directory: Path, ref: SegmentRef, dim: int) -> np.ndarray:
     """The int8 rows of a segment this process just wrote, memory-mapped (unverified:
     a publisher builds its graphs from them without holding them in anonymous memory)."""
     return _load_npy(directory / segment_files(ref.id)[0], "int8", (ref.rows, dim), mmap=True)
-
-
-def drop_pages(array: np.ndarray) -> None:
-    """Drop this process's resident pages of a memory-mapped segment array (madvise
-    ``MADV_DONTNEED``); a no-op for an array in memory.
-
-    The file is immutable, so a later read faults the same bytes back from the page
-    cache. A publisher that copies every row of the old segments (a full rewrite by
-    compaction) or builds a graph from a written segment calls it as it goes: mapped
-    pages it touched count in its RSS (453 MiB of a rewrite at 800k rows, 137 without).
-    """
-    base: object = array
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if isinstance(base, mmap.mmap):
-        base.madvise(mmap.MADV_DONTNEED)
 
 
 def live_column(segments: Sequence[Segment], column: int) -> np.ndarray:

@@ -5,6 +5,7 @@ folds and full rewrites keep working on several base segments."""
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 import tracemalloc
 from pathlib import Path
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from rifflux.store.connection import open_index
+from rifflux.vectors import pages, quantize, segments
 from rifflux.vectors import publish as publish_module
-from rifflux.vectors import quantize, segments
 from rifflux.vectors.cache import open_view
 from rifflux.vectors.publish import PublishResult, publish
 from rifflux.vectors.scan import search_segments
@@ -233,7 +234,38 @@ def test_dropped_pages_of_a_mapped_segment_read_back_the_same_rows(tmp_path: Pat
     np.save(tmp_path / "rows.npy", rows)
     mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
     assert np.array_equal(mapped, rows)
-    segments.drop_pages(mapped)
-    segments.drop_pages(mapped[10:20])
-    segments.drop_pages(rows)  # in memory: nothing to drop
+    pages.drop_pages(mapped)
+    pages.drop_pages(mapped[10:20])
+    pages.drop_pages(rows)  # in memory: nothing to drop
     assert np.array_equal(mapped, rows) and np.array_equal(mapped[10:20], rows[10:20])
+
+
+def _resident_kib(path: Path) -> int:
+    """This process's resident KiB of its mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):  # a mapping's header line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_a_sample_gathered_from_a_mapped_segment_leaves_its_pages_dropped(
+    tmp_path: Path,
+) -> None:
+    """The HNSW sample check copies 20k rows spread over a 262k-row segment: read at once,
+    most of the segment's pages stayed resident until the check ended."""
+    rows = np.random.default_rng(5).integers(-127, 128, size=(60_000, DIM), dtype=np.int8)
+    path = tmp_path / "rows.npy"
+    np.save(path, rows)
+    positions = np.sort(np.random.default_rng(6).choice(60_000, size=6_000, replace=False))
+
+    mapped = np.load(path, mmap_mode="r")
+    sample = pages.gather_rows(mapped, positions)
+    assert np.array_equal(sample, rows[positions]) and sample.flags.c_contiguous
+    assert _resident_kib(path) == 0
+
+    plain = np.ascontiguousarray(mapped[positions])
+    assert np.array_equal(plain, sample)
+    assert _resident_kib(path) > rows.nbytes // 1024 // 2
