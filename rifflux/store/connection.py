@@ -227,15 +227,6 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
-# Page cache of a write transaction, in KiB (SQLite's default is 2,000 KiB, kept for
-# reads). A batch's rows touch pages all over the chunk, embedding and FTS5 b-trees; with
-# 2 MB, pages were evicted (dirty ones spilled to the WAL) and read back within the same
-# transaction: the chunk step of a 10k-file job took 31.7-33.6 CPU s, 26.3-26.9 with this
-# (BENCHMARKS.md, "A write's page cache").
-WRITE_CACHE_KIB = 65_536
-DEFAULT_CACHE_SIZE = -2_000
-
-
 @contextmanager
 def transaction(
     conn: sqlite3.Connection,
@@ -246,8 +237,7 @@ def transaction(
     """The one transaction of index code: commit on success, roll back on any exception.
 
     ``write``: ``BEGIN IMMEDIATE``, retried on ``database is locked``/``busy`` with
-    capped exponential backoff (``on_retry`` hears about every retry), with a page cache
-    of ``WRITE_CACHE_KIB`` for the transaction. Inside an open
+    capped exponential backoff (``on_retry`` hears about every retry). Inside an open
     transaction it nests as a ``SAVEPOINT``: an exception rolls back only the nested part
     and propagates. ``write=False``: one consistent read snapshot (deferred ``BEGIN``)
     for several reads; inside an open transaction it simply joins it.
@@ -266,30 +256,17 @@ def transaction(
             raise
         conn.execute(f"RELEASE {name}")
         return
-    if not write:
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return
-    conn.execute(f"PRAGMA cache_size=-{WRITE_CACHE_KIB}")
-    try:
+    if write:
         retry_on_busy(lambda: conn.execute("BEGIN IMMEDIATE"), on_retry=on_retry)
-        try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-    finally:
-        # Back to SQLite's default, which frees the pages above it: the memory is the
-        # write's only.
-        conn.execute(f"PRAGMA cache_size={DEFAULT_CACHE_SIZE}")
+    else:
+        conn.execute("BEGIN")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _stored_version(conn: sqlite3.Connection) -> int | None:

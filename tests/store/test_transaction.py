@@ -8,12 +8,7 @@ from pathlib import Path
 import pytest
 
 from rifflux.store import connection
-from rifflux.store.connection import (
-    DEFAULT_CACHE_SIZE,
-    WRITE_CACHE_KIB,
-    open_index,
-    transaction,
-)
+from rifflux.store.connection import open_index, transaction
 
 
 def rows(conn: sqlite3.Connection) -> list[str]:
@@ -105,20 +100,3 @@ def test_a_lock_held_past_every_retry_raises_locked(tmp_path, conn, monkeypatch)
         holder.close()
     assert retries == list(range(1, connection.RETRY_ATTEMPTS))
     assert not conn.in_transaction and rows(conn) == []
-
-
-def test_a_write_has_its_own_page_cache_and_gives_it_back(conn) -> None:
-    def cache_size() -> int:
-        return int(conn.execute("PRAGMA cache_size").fetchone()[0])
-
-    before = cache_size()
-    with transaction(conn):
-        assert cache_size() == -WRITE_CACHE_KIB
-        with transaction(conn):  # a savepoint keeps the outer write's cache
-            assert cache_size() == -WRITE_CACHE_KIB
-    assert cache_size() == before == DEFAULT_CACHE_SIZE
-    with pytest.raises(RuntimeError), transaction(conn):
-        raise RuntimeError("rolled back")
-    assert cache_size() == before
-    with transaction(conn, write=False):
-        assert cache_size() == before
