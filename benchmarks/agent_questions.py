@@ -115,6 +115,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         RIFFLUX_QUERY_CACHE_SIZE="0",
         RIFFLUX_LOG_LEVEL="WARNING",
     )
+    if args.worker_nice is not None:
+        env["RIFFLUX_WORKER_NICE"] = str(args.worker_nice)
     python = args.repo / ".venv" / "bin" / "python"
     params = StdioServerParameters(
         command=str(python if python.exists() else sys.executable),
@@ -126,6 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "machine": f"{platform.node()} {os.cpu_count()} cpus",
         "repo": str(args.repo),
+        "worker_nice": args.worker_nice,
         "questions": len(asked),
         "mean_words": round(sum(len(q.split()) for q in asked) / len(asked), 1),
         "load_start": os.getloadavg(),
@@ -155,6 +158,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--edits", type=int, default=300, help="0: idle only")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout to serve")
+    parser.add_argument("--worker-nice", type=int, help="RIFFLUX_WORKER_NICE of the pool")
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args)), indent=2))
     return 0

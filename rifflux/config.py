@@ -204,6 +204,12 @@ class Settings:
     # pipeline at 0.99x the raw embedder, where 10 gave 0.89x (BENCHMARKS.md, issue 13).
     # A higher value lets lexical work win the CPU on a machine shared with busy jobs.
     embed_nice: int = 0
+    # How many nice levels lower worker processes run than the process that starts them
+    # (the server's local pool, ``rifflux worker``). Searches run in the front process:
+    # under nice 0 an ONNX reindex on every core took an equal share of the CPU from
+    # them; 10 lets a search preempt indexing, which takes the CPU back whenever nothing
+    # else wants it (BENCHMARKS.md, "Agent-style questions").
+    worker_nice: int = 10
     # The module whose import declares the actors worker processes run.
     worker_actors: str = "workers.actors"
     # A job whose pending messages have had no live consumer for this long is stalled:
@@ -292,6 +298,7 @@ class Settings:
         read("WORKER_MAX_RSS_MB", "worker_max_rss_mb", _non_negative_int)
         read("LEXICAL_THREADS", "lexical_threads", _non_negative_int)
         read("EMBED_NICE", "embed_nice", _non_negative_int)
+        read("WORKER_NICE", "worker_nice", _non_negative_int)
         read("WORKER_ACTORS", "worker_actors", _module_name)
         read("STALL_SECONDS", "stall_seconds", _positive_float)
         read("STARTUP_WORKER_GRACE_SECONDS", "startup_worker_grace_seconds", _non_negative_float)

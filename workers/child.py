@@ -207,6 +207,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # chunking and writing keyword-searchable rows got a share of the CPU and lexical
     # search of a fresh corpus waited 2.3x longer (BENCHMARKS.md, issue 13).
     parser.add_argument("--embed-nice", type=int, default=0)
+    parser.add_argument(
+        "--nice", type=int, default=0, help="nice levels below the pool (RIFFLUX_WORKER_NICE)"
+    )
     parser.add_argument("--queues", nargs="*", default=[])
     parser.add_argument("--max-messages", type=int, default=0)
     parser.add_argument("--max-rss-mb", type=int, default=0)
@@ -216,6 +219,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.nice > 0:
+        # Below the pool, so below the server that started it: a search preempts indexing.
+        os.nice(args.nice)
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

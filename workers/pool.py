@@ -92,6 +92,7 @@ class PoolSpec:
     actors: str = "workers.actors"
     lexical_threads: int = 0
     embed_nice: int = 0
+    nice: int = 0
     max_messages: int = 0
     max_rss_mb: int = 0
 
@@ -111,6 +112,7 @@ class PoolSpec:
             actors=settings.worker_actors,
             lexical_threads=settings.lexical_threads,
             embed_nice=settings.embed_nice,
+            nice=settings.worker_nice,
             max_messages=settings.worker_max_messages,
             max_rss_mb=settings.worker_max_rss_mb,
         )
@@ -120,6 +122,7 @@ class PoolSpec:
         command += ["--threads", str(self.threads)]
         command += ["--lexical-threads", str(self.lexical_threads)]
         command += ["--embed-nice", str(self.embed_nice)]
+        command += ["--nice", str(self.nice)]
         command += ["--max-messages", str(self.max_messages)]
         command += ["--max-rss-mb", str(self.max_rss_mb)]
         if self.queues:

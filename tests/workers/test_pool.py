@@ -218,6 +218,25 @@ def test_children_are_recycled_after_max_messages_and_the_job_is_unchanged(
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
 
 
+def _niceness(pid: int) -> int:
+    # /proc/<pid>/stat: field 19 is the nice value; split after the command's ")".
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_children_run_worker_nice_levels_below_the_pool(tmp_path: Path, pools) -> None:
+    settings = queue_settings(tmp_path)
+    default = Pool(tmp_path, settings, 1)
+    pools.append(default)
+    chosen = Pool(tmp_path, settings, 1, RIFFLUX_WORKER_NICE="3")
+    pools.append(chosen)
+    for pool, levels in ((default, Settings().worker_nice), (chosen, 3)):
+        (child,) = pool.wait_full()
+        want = min(19, _niceness(pool.process.pid) + levels)
+        # The child renices itself as it boots, just after the pool has spawned it.
+        wait_until(lambda child=child, want=want: _niceness(child) == want, timeout=30)
+    assert Settings().worker_nice == 10
+
+
 def test_recycle_middleware_asks_to_stop_past_the_memory_limit() -> None:
     stop = threading.Event()
     middleware = RecycleMiddleware(stop, max_messages=0, max_rss_bytes=1)
