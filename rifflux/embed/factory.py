@@ -38,12 +38,26 @@ def embedder_label_for(settings: Settings) -> str:
     return ONNX_LABEL if backend == "onnx" else f"hash:{settings.hash_embedding_dim}"
 
 
-def make_embedder(settings: Settings) -> Embedder:
-    """The configured embedder. ``auto`` falls back to hashing, with one warning per process."""
+# onnxruntime intra-op threads of a process that embeds queries (``make_embedder(...,
+# queries=True)``) when RIFFLUX_ONNX_THREADS is 0: a query is one short text, whose work
+# is too small to split; with a thread per core, hybrid p50 was 12.03 ms against 9.73 ms
+# with one, and under load the threads wait for one another (BENCHMARKS.md, "Agent-style
+# questions").
+QUERY_ONNX_THREADS = 1
+
+
+def make_embedder(settings: Settings, *, queries: bool = False) -> Embedder:
+    """The configured embedder. ``auto`` falls back to hashing, with one warning per process.
+
+    ``queries``: for a process that embeds one query at a time (a search), not batches.
+    """
     backend, reason = _resolve_backend(settings)
     if backend == "onnx":
+        threads = settings.onnx_threads
+        if queries and not threads:
+            threads = QUERY_ONNX_THREADS
         return OnnxEmbedder(
-            threads=settings.onnx_threads,
+            threads=threads,
             batch_size=settings.embed_batch_size,
             token_budget=settings.embed_token_budget,
         )

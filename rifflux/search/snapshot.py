@@ -55,7 +55,7 @@ class QueryEmbedder:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
-                    self._embedder = make_embedder(self._settings)
+                    self._embedder = make_embedder(self._settings, queries=True)
         return self._embedder
 
     def embed_query(self, query: str) -> np.ndarray | None:

@@ -4,6 +4,7 @@ import structlog
 from rifflux.config import Settings
 from rifflux.embed import HashEmbedder, OnnxEmbedder, embedder_label_for, factory, make_embedder
 from rifflux.errors import RiffluxError
+from rifflux.search.snapshot import QueryEmbedder
 
 MISSING = "the ONNX embedder needs onnxruntime: pip install onnxruntime"
 
@@ -30,6 +31,19 @@ def test_onnx_backend_passes_threads_batch_size_and_token_budget_without_loading
     assert (embedder.threads, embedder.batch_size, embedder.token_budget) == (1, 8, 300)
     assert embedder._session is None
     assert embedder.label == embedder_label_for(settings) == "onnx:all-MiniLM-L6-v2-int8"
+
+
+def test_a_query_embedder_uses_one_onnx_thread_unless_told_otherwise():
+    default = Settings(embedding_backend="onnx")
+    assert make_embedder(default, queries=True).threads == factory.QUERY_ONNX_THREADS == 1
+    assert make_embedder(default).threads == 0  # batches: one thread per core
+    chosen = Settings(embedding_backend="onnx", onnx_threads=3)
+    assert make_embedder(chosen, queries=True).threads == 3
+
+
+def test_searches_embed_their_queries_with_the_query_embedder():
+    embedder = QueryEmbedder(Settings(embedding_backend="onnx")).embedder
+    assert isinstance(embedder, OnnxEmbedder) and embedder.threads == 1
 
 
 def test_auto_picks_onnx_when_it_can_run():
