@@ -38,11 +38,16 @@ def embedder_label_for(settings: Settings) -> str:
     return ONNX_LABEL if backend == "onnx" else f"hash:{settings.hash_embedding_dim}"
 
 
-# onnxruntime intra-op threads of a process that embeds queries (``make_embedder(...,
-# queries=True)``) when RIFFLUX_ONNX_THREADS is 0: a query is one short text, whose work
-# is too small to split; with a thread per core, hybrid p50 was 12.03 ms against 9.73 ms
-# with one, and under load the threads wait for one another (BENCHMARKS.md, "Agent-style
-# questions").
+# A process that embeds queries (``make_embedder(..., queries=True)``: a search) runs
+# onnxruntime differently from one that embeds batches (BENCHMARKS.md, "Agent-style
+# questions"):
+# - QUERY_ONNX_THREADS intra-op threads when RIFFLUX_ONNX_THREADS is 0: a query is one
+#   short text, whose work is too small to split; with a thread per core, agent-style
+#   hybrid p50 was 25.9-28.6 ms against 17.8-17.9 ms with one (under load);
+# - constant folding on: without it every run dequantises the int8 weights again, which
+#   is most of a short query's cost (8.8-9.2 -> 5.6 ms of CPU for a question). Workers
+#   keep it off: folded weights cost ~45 MB a process. The vectors differ by at most
+#   1.6e-7 (cosine 0.9999999 to the unfolded one's).
 QUERY_ONNX_THREADS = 1
 
 
@@ -58,6 +63,7 @@ def make_embedder(settings: Settings, *, queries: bool = False) -> Embedder:
             threads = QUERY_ONNX_THREADS
         return OnnxEmbedder(
             threads=threads,
+            fold_constants=queries,
             batch_size=settings.embed_batch_size,
             token_budget=settings.embed_token_budget,
         )

@@ -113,6 +113,8 @@ class OnnxEmbedder:
     """MiniLM sentence embeddings (384 dimensions). Label ``onnx:all-MiniLM-L6-v2-int8``.
 
     ``threads`` is onnxruntime's intra-op thread count (0: one per core).
+    ``fold_constants``: onnxruntime's graph optimisations on (a query embedder: faster
+    per run, ~45 MB more resident); off, each run dequantises the int8 weights again.
     """
 
     label = ONNX_LABEL
@@ -124,6 +126,8 @@ class OnnxEmbedder:
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
+        *,
+        fold_constants: bool = False,
     ) -> None:
         if threads < 0 or batch_size < 1 or max_tokens < 2 or token_budget < 1:
             raise ValueError(
@@ -133,6 +137,7 @@ class OnnxEmbedder:
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.token_budget = token_budget
+        self.fold_constants = fold_constants
         self._session: Any = None
         self._tokenizer: Any = None
         self._load_lock = threading.Lock()
@@ -210,7 +215,11 @@ class OnnxEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if self.fold_constants
+            else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
         options.enable_mem_pattern = False
         # Idle intra-op threads must not spin: in the front process they would compete with
         # the lexical search on 2 cores (hybrid p50 35 ms with spinning, 16 ms without).

@@ -35,8 +35,12 @@ def test_onnx_backend_passes_threads_batch_size_and_token_budget_without_loading
 
 def test_a_query_embedder_uses_one_onnx_thread_unless_told_otherwise():
     default = Settings(embedding_backend="onnx")
-    assert make_embedder(default, queries=True).threads == factory.QUERY_ONNX_THREADS == 1
-    assert make_embedder(default).threads == 0  # batches: one thread per core
+    query = make_embedder(default, queries=True)
+    assert isinstance(query, OnnxEmbedder) and query.fold_constants
+    assert query.threads == factory.QUERY_ONNX_THREADS == 1
+    batches = make_embedder(default)  # one thread per core, weights left int8
+    assert isinstance(batches, OnnxEmbedder) and not batches.fold_constants
+    assert batches.threads == 0
     chosen = Settings(embedding_backend="onnx", onnx_threads=3)
     assert make_embedder(chosen, queries=True).threads == 3
 

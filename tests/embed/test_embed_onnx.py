@@ -41,6 +41,15 @@ def test_onnx_rows_are_unit_norm_float32_and_deterministic(embedder):
 
 
 @pytest.mark.slow
+def test_a_query_embedder_with_folded_constants_gives_the_same_vectors_within_1e_6(embedder):
+    texts = [SHORT, MEDIUM, LONG, "how do I review a pull request for security issues"]
+    folded = OnnxEmbedder(threads=1, fold_constants=True)
+    got = np.stack([folded.embed_batch([t])[0] for t in texts])
+    np.testing.assert_allclose(got, embedder.embed_batch(texts), atol=1e-6)
+    np.testing.assert_array_equal(got, np.stack([folded.embed_batch([t])[0] for t in texts]))
+
+
+@pytest.mark.slow
 def test_onnx_restores_input_order_after_sorting_by_length(embedder):
     together = embedder.embed_batch([LONG, SHORT, MEDIUM])
     alone = np.vstack([embedder.embed_batch([text]) for text in (LONG, SHORT, MEDIUM)])
