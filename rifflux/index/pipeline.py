@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
 import structlog
 
 from rifflux.config import Settings
@@ -92,6 +91,7 @@ from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader
 from rifflux.store.rows import PreparedFile
 from rifflux.store.segments import merge_after_job
+from rifflux.store.vector_blobs import encode_rows
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
@@ -495,20 +495,28 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
         with transaction(conn, on_retry=count_busy_retry):
             if jobs.batch_state(conn, job_id, batch_no) != "pending":
                 return RowsOutcome(None, False)  # A redelivery raced us and won.
-            stats = IndexWriter(conn).write_rows(files, request.model)
-            embed_request = _embed_request(
-                conn, request.db_path, job_id, batch_no, paths, request.model
-            )
-            texts = len(embed_request.texts)
-            embedded = 0
-            if texts and inline is not None:
-                # A text without a vector ahead (one removed since the read) is embedded now.
-                fresh = embed_texts(
-                    inline, [(k, t) for k, t in embed_request.texts if k not in ahead]
+            writer = IndexWriter(conn)
+            stats = writer.write_rows(files, request.model)
+            embed_request: EmbedRequest | None = None
+            if inline is None:
+                embed_request = _embed_request(
+                    conn, request.db_path, job_id, batch_no, paths, request.model
                 )
-                vectors = {k: ahead[k] if k in ahead else fresh[k] for k, _ in embed_request.texts}
-                IndexWriter(conn).write_vectors(request.model, inline.dim, vectors)
-                embedded = len(vectors)
+                texts = len(embed_request.texts)
+                embedded = 0
+            else:
+                keys = writer.hashes_without_vectors(paths)
+                texts = embedded = len(keys)
+                if texts:
+                    # A text without a vector ahead (one removed since the read) is
+                    # embedded now, from the rows just written.
+                    late: dict[str, bytes] = {}
+                    if any(k not in ahead for k in keys):
+                        missing = [(k, t) for k, t in texts_to_embed(conn, paths) if k not in ahead]
+                        fresh = embed_texts(inline, missing)
+                        late = dict(zip(fresh, encode_rows(list(fresh.values())), strict=True))
+                    blobs = {k: ahead[k] if k in ahead else late[k] for k in keys}
+                    writer.write_blobs(request.model, inline.dim, blobs)
             done = texts == embedded
             jobs.mark_batch(conn, job_id, batch_no, "written" if done else "chunked")
             jobs.add_counts(
@@ -547,15 +555,18 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
 
 def _embed_ahead(
     conn: sqlite3.Connection, files: Sequence[PreparedFile], embedder: Embedder, model: str
-) -> dict[str, np.ndarray]:
-    """The vectors of the batch's chunk texts that have no ``model`` vector in the index
+) -> dict[str, bytes]:
+    """The stored form (int8 rows, :func:`~rifflux.store.vector_blobs.encode_rows`) of
+    the vectors of the batch's chunk texts that have no ``model`` vector in the index
     yet, computed outside any write transaction. Which texts the batch really lacks is
-    decided inside it (:func:`texts_to_embed`); a vector depends only on its text."""
+    decided inside it (:meth:`~rifflux.store.reader.IndexReader.hashes_without_vectors`);
+    a vector depends only on its text."""
     texts = {
         c.embed_sha256: embedding_input(c.heading_path, c.content) for f in files for c in f.chunks
     }
     stored = IndexReader(conn).reusable_vectors(sorted(texts), model) if texts else {}
-    return embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
+    vectors = embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
+    return dict(zip(vectors, encode_rows(list(vectors.values())), strict=True))
 
 
 def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:

@@ -177,11 +177,19 @@ class IndexWriter(IndexReader):
         if not vectors:
             return 0
         blobs = encode_rows(list(vectors.values()))
+        return self.write_blobs(model, dim, dict(zip(vectors, blobs, strict=True)))
+
+    def write_blobs(self, model: str, dim: int, blobs: Mapping[str, bytes]) -> int:
+        """:meth:`write_vectors` with the vectors already in their stored form
+        (:func:`~rifflux.store.vector_blobs.encode_rows`): a caller that holds the write
+        lock only for the insert encodes them before taking it."""
+        if not blobs:
+            return 0
         cursor = self.conn.executemany(
             "INSERT INTO embeddings(chunk_id, model, dim, vec) "
             "SELECT c.chunk_id, ?, ?, ? FROM chunks c WHERE c.embed_sha256 = ? "
             "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id)",
-            [(model, dim, blob, key) for key, blob in zip(vectors, blobs, strict=True)],
+            [(model, dim, blob, key) for key, blob in blobs.items()],
         )
         added = max(cursor.rowcount, 0)
         if added:
