@@ -85,7 +85,7 @@ from rifflux.index.planner import (
 from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
 from rifflux.store import jobs
-from rifflux.store.connection import open_index, transaction
+from rifflux.store.connection import open_index, transaction, tune_for_batch_writes
 from rifflux.store.knowledge import stale_paths
 from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader
@@ -462,7 +462,7 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
     """
     job_id, batch_no = request.job_id, request.batch_no
     paths = request.paths
-    conn = open_index(request.db_path)
+    conn = tune_for_batch_writes(open_index(request.db_path))
     try:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
@@ -597,7 +597,7 @@ def write_vectors(request: VectorsRequest) -> bool:
     so a finalize lost between two steps is sent again (finalizing is idempotent).
     """
     job_id, batch_no = request.job_id, request.batch_no
-    conn = open_index(request.db_path)
+    conn = tune_for_batch_writes(open_index(request.db_path))
     try:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
