@@ -47,6 +47,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -90,7 +91,12 @@ from rifflux.store.knowledge import stale_paths
 from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader
 from rifflux.store.rows import PreparedFile
-from rifflux.store.segments import merge_after_job
+from rifflux.store.segments import (
+    DEFAULT_POLICY,
+    files_stored_bound,
+    merge_after_job,
+    merges_deferred,
+)
 from rifflux.store.vector_blobs import encode_rows
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
@@ -496,7 +502,10 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
             if jobs.batch_state(conn, job_id, batch_no) != "pending":
                 return RowsOutcome(None, False)  # A redelivery raced us and won.
             writer = IndexWriter(conn)
-            stats = writer.write_rows(files, request.model)
+            # A job that will be optimized at its end merges no FTS5 segments before.
+            defer = DEFAULT_POLICY.defers_merges(job.files_planned, files_stored_bound(conn))
+            with merges_deferred(conn) if defer else nullcontext():
+                stats = writer.write_rows(files, request.model)
             embed_request: EmbedRequest | None = None
             if inline is None:
                 embed_request = _embed_request(
