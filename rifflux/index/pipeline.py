@@ -729,8 +729,8 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
     """Prune vanished files and settle the job: completed, or failed if a batch failed.
 
     A job that wrote a large share of the index merges its FTS5 segments first
-    (:func:`~rifflux.store.segments.merge_after_job`), so the job reads completed with
-    the index compact; a small edit job does not pay for it.
+    (:func:`~rifflux.store.segments.merge_after_job`, beside the publish), so the job
+    reads completed with the index compact; a small edit job does not pay for it.
 
     The vector cache is published before the job reads as completed, and again after the
     prune only if it deleted a file (otherwise the generation did not move). A job that
@@ -745,8 +745,15 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
             return job
         prune = list(job.prune_paths)
         vector_index = JobSpec.from_dict(job.options).vector_index
-        publish_quietly(db_path, source="finalize", trust_stamps=True, vector_index=vector_index)
-        merge_after_job(conn, job.chunks_written, job_id=job_id)
+        # The finalize is the job's tail, one step on one core: the FTS5 merge (one SQLite
+        # statement a table, which leaves the GIL) runs beside the publish (mostly Python
+        # and numpy, on its own connection); the merge does not touch what a publish reads.
+        _beside(
+            lambda: merge_after_job(conn, job.chunks_written, job_id=job_id),
+            lambda: publish_quietly(
+                db_path, source="finalize", trust_stamps=True, vector_index=vector_index
+            ),
+        )
         deleted = 0
         with transaction(conn):
             current = jobs.get_job(conn, job_id)
@@ -774,6 +781,27 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
         return record
     finally:
         conn.close()
+
+
+def _beside(work: Callable[[], object], meanwhile: Callable[[], object]) -> None:
+    """Run ``work`` in a thread while ``meanwhile`` runs in this one, and wait for both;
+    an exception of either is raised here (``meanwhile``'s first)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # Raised again in the caller's thread.
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="rifflux-beside", daemon=True)
+    thread.start()
+    try:
+        meanwhile()
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _fail_job(conn: sqlite3.Connection, job_id: str, error: str) -> None:
