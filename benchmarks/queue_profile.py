@@ -15,6 +15,10 @@ chunk step, which then writes the vectors too: the embed and write_vectors steps
 their messages) are left for ONNX.
 
     .venv/bin/python benchmarks/queue_profile.py --backend hash
+
+``--keep-db PATH`` keeps a copy of the finished index (the steps run in one process, so
+two checkouts write the same rows in the same order: ``index_tables_diff.py`` compares
+them).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -72,7 +77,7 @@ def wire(clock: Clock, message: Any, cls: Any) -> Any:
     )
 
 
-def profile(corpus: Path, backend: str) -> dict[str, Any]:
+def profile(corpus: Path, backend: str, keep_db: Path | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="rifflux-queue-profile-"))
     try:
         settings = Settings.from_env().with_overrides(
@@ -118,6 +123,10 @@ def profile(corpus: Path, backend: str) -> dict[str, Any]:
         )
         wall = time.perf_counter() - started
         conn.close()
+        if keep_db is not None:
+            # The backup API copies pages as they are (VACUUM may renumber rowids).
+            with sqlite3.connect(settings.db_path) as source, sqlite3.connect(keep_db) as copy:
+                source.backup(copy)
         assert record is not None and record.state == "completed", record
         return {
             "files": record.files_done,
@@ -136,12 +145,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--backend", default="hash", choices=("hash", "onnx"))
+    parser.add_argument("--keep-db", type=Path, help="copy the finished index to this file")
     args = parser.parse_args()
     report = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "corpus": str(args.corpus),
         "backend": args.backend,
-        **profile(args.corpus.resolve(), args.backend),
+        **profile(args.corpus.resolve(), args.backend, args.keep_db),
     }
     print(json.dumps(report, indent=2))
     return 0

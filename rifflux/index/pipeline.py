@@ -47,11 +47,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
 import structlog
 
 from rifflux.config import Settings
@@ -86,12 +86,18 @@ from rifflux.index.planner import (
 from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
 from rifflux.store import jobs
-from rifflux.store.connection import open_index, transaction
+from rifflux.store.connection import open_index, transaction, tune_for_batch_writes
 from rifflux.store.knowledge import stale_paths
 from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader
 from rifflux.store.rows import PreparedFile
-from rifflux.store.segments import merge_after_job
+from rifflux.store.segments import (
+    DEFAULT_POLICY,
+    files_stored_bound,
+    merge_after_job,
+    merges_deferred,
+)
+from rifflux.store.vector_blobs import encode_rows
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
@@ -462,7 +468,7 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
     """
     job_id, batch_no = request.job_id, request.batch_no
     paths = request.paths
-    conn = open_index(request.db_path)
+    conn = tune_for_batch_writes(open_index(request.db_path))
     try:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
@@ -495,20 +501,31 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
         with transaction(conn, on_retry=count_busy_retry):
             if jobs.batch_state(conn, job_id, batch_no) != "pending":
                 return RowsOutcome(None, False)  # A redelivery raced us and won.
-            stats = IndexWriter(conn).write_rows(files, request.model)
-            embed_request = _embed_request(
-                conn, request.db_path, job_id, batch_no, paths, request.model
-            )
-            texts = len(embed_request.texts)
-            embedded = 0
-            if texts and inline is not None:
-                # A text without a vector ahead (one removed since the read) is embedded now.
-                fresh = embed_texts(
-                    inline, [(k, t) for k, t in embed_request.texts if k not in ahead]
+            writer = IndexWriter(conn)
+            # A job that will be optimized at its end merges no FTS5 segments before.
+            defer = DEFAULT_POLICY.defers_merges(job.files_planned, files_stored_bound(conn))
+            with merges_deferred(conn) if defer else nullcontext():
+                stats = writer.write_rows(files, request.model)
+            embed_request: EmbedRequest | None = None
+            if inline is None:
+                embed_request = _embed_request(
+                    conn, request.db_path, job_id, batch_no, paths, request.model
                 )
-                vectors = {k: ahead[k] if k in ahead else fresh[k] for k, _ in embed_request.texts}
-                IndexWriter(conn).write_vectors(request.model, inline.dim, vectors)
-                embedded = len(vectors)
+                texts = len(embed_request.texts)
+                embedded = 0
+            else:
+                keys = writer.hashes_without_vectors(paths)
+                texts = embedded = len(keys)
+                if texts:
+                    # A text without a vector ahead (one removed since the read) is
+                    # embedded now, from the rows just written.
+                    late: dict[str, bytes] = {}
+                    if any(k not in ahead for k in keys):
+                        missing = [(k, t) for k, t in texts_to_embed(conn, paths) if k not in ahead]
+                        fresh = embed_texts(inline, missing)
+                        late = dict(zip(fresh, encode_rows(list(fresh.values())), strict=True))
+                    blobs = {k: ahead[k] if k in ahead else late[k] for k in keys}
+                    writer.write_blobs(request.model, inline.dim, blobs)
             done = texts == embedded
             jobs.mark_batch(conn, job_id, batch_no, "written" if done else "chunked")
             jobs.add_counts(
@@ -547,15 +564,18 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
 
 def _embed_ahead(
     conn: sqlite3.Connection, files: Sequence[PreparedFile], embedder: Embedder, model: str
-) -> dict[str, np.ndarray]:
-    """The vectors of the batch's chunk texts that have no ``model`` vector in the index
+) -> dict[str, bytes]:
+    """The stored form (int8 rows, :func:`~rifflux.store.vector_blobs.encode_rows`) of
+    the vectors of the batch's chunk texts that have no ``model`` vector in the index
     yet, computed outside any write transaction. Which texts the batch really lacks is
-    decided inside it (:func:`texts_to_embed`); a vector depends only on its text."""
+    decided inside it (:meth:`~rifflux.store.reader.IndexReader.hashes_without_vectors`);
+    a vector depends only on its text."""
     texts = {
         c.embed_sha256: embedding_input(c.heading_path, c.content) for f in files for c in f.chunks
     }
     stored = IndexReader(conn).reusable_vectors(sorted(texts), model) if texts else {}
-    return embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
+    vectors = embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
+    return dict(zip(vectors, encode_rows(list(vectors.values())), strict=True))
 
 
 def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:
@@ -586,7 +606,7 @@ def write_vectors(request: VectorsRequest) -> bool:
     so a finalize lost between two steps is sent again (finalizing is idempotent).
     """
     job_id, batch_no = request.job_id, request.batch_no
-    conn = open_index(request.db_path)
+    conn = tune_for_batch_writes(open_index(request.db_path))
     try:
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
@@ -709,8 +729,8 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
     """Prune vanished files and settle the job: completed, or failed if a batch failed.
 
     A job that wrote a large share of the index merges its FTS5 segments first
-    (:func:`~rifflux.store.segments.merge_after_job`), so the job reads completed with
-    the index compact; a small edit job does not pay for it.
+    (:func:`~rifflux.store.segments.merge_after_job`, beside the publish), so the job
+    reads completed with the index compact; a small edit job does not pay for it.
 
     The vector cache is published before the job reads as completed, and again after the
     prune only if it deleted a file (otherwise the generation did not move). A job that
@@ -725,8 +745,15 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
             return job
         prune = list(job.prune_paths)
         vector_index = JobSpec.from_dict(job.options).vector_index
-        publish_quietly(db_path, source="finalize", trust_stamps=True, vector_index=vector_index)
-        merge_after_job(conn, job.chunks_written, job_id=job_id)
+        # The finalize is the job's tail, one step on one core: the FTS5 merge (one SQLite
+        # statement a table, which leaves the GIL) runs beside the publish (mostly Python
+        # and numpy, on its own connection); the merge does not touch what a publish reads.
+        _beside(
+            lambda: merge_after_job(conn, job.chunks_written, job_id=job_id),
+            lambda: publish_quietly(
+                db_path, source="finalize", trust_stamps=True, vector_index=vector_index
+            ),
+        )
         deleted = 0
         with transaction(conn):
             current = jobs.get_job(conn, job_id)
@@ -754,6 +781,27 @@ def finalize(request: JobStep) -> jobs.JobRecord | None:
         return record
     finally:
         conn.close()
+
+
+def _beside(work: Callable[[], object], meanwhile: Callable[[], object]) -> None:
+    """Run ``work`` in a thread while ``meanwhile`` runs in this one, and wait for both;
+    an exception of either is raised here (``meanwhile``'s first)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # Raised again in the caller's thread.
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="rifflux-beside", daemon=True)
+    thread.start()
+    try:
+        meanwhile()
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _fail_job(conn: sqlite3.Connection, job_id: str, error: str) -> None:

@@ -71,6 +71,13 @@ RETRY_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.05
 RETRY_CAP_SECONDS = 2.0
 
+# A connection that writes a job's batch (``tune_for_batch_writes``): its page cache, in
+# KiB. A batch's transaction dirties every leaf page its rows' random keys land on
+# (chunk ids, text hashes, the embeddings' keys) besides the rows' and FTS5's own pages;
+# past SQLite's default 2 MiB cache it spilled dirty pages into the WAL before the
+# commit wrote them again, and read evicted ones back.
+BATCH_CACHE_KIB = 32 * 1024
+
 # index_metadata key of the random id that ties a vector cache to one database file
 # (rifflux.vectors.publish reads it under this name).
 INDEX_UID_KEY = "vectors_index_uid"
@@ -207,6 +214,27 @@ def connect(path: Path | str, *, readonly: bool = False, wal: bool = True) -> sq
     conn.execute("PRAGMA foreign_keys=ON")
     if not readonly and wal:
         _use_wal(conn)
+    return conn
+
+
+def tune_for_batch_writes(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """Set up ``conn`` (from :func:`open_index`) for a transaction that writes a whole batch
+    of files; a job step's connection, closed when the step ends.
+
+    - ``temp_store=MEMORY``: a statement that may fail halfway inside a transaction (an
+      insert with constraints and triggers) keeps the original of every page it changes
+      that the transaction had already changed (a statement journal); past 64 KiB SQLite
+      spills that journal to a temporary file, so a batch's multi-row chunk insert and
+      its vector inserts wrote ~220k pages to deleted files in ``/var/tmp`` during an
+      awesome-copilot job (two thirds of its ``pwrite`` calls). In memory it is bounded
+      by one statement's pages: one batch's.
+    - ``cache_size``: :data:`BATCH_CACHE_KIB`, so the batch's dirty pages stay in the
+      cache until the commit writes each once.
+
+    Neither changes what is written, only where SQLite keeps its scratch copies.
+    """
+    conn.execute("PRAGMA temp_store=MEMORY")
+    conn.execute(f"PRAGMA cache_size=-{BATCH_CACHE_KIB}")
     return conn
 
 

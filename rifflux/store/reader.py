@@ -151,9 +151,17 @@ class IndexReader:
     def chunks_without_vectors(self, paths: Iterable[str]) -> list[sqlite3.Row]:
         """(embed hash, heading_path, content) of the chunks of ``paths`` with no vector,
         one row per distinct hash, in (path, chunk_index) order."""
+        return self._without_vectors("c.embed_sha256, c.heading_path, c.content", paths)
+
+    def hashes_without_vectors(self, paths: Iterable[str]) -> list[str]:
+        """The embed hashes of :meth:`chunks_without_vectors`, in its order, without
+        reading the texts."""
+        return [row[0] for row in self._without_vectors("c.embed_sha256", paths)]
+
+    def _without_vectors(self, columns: str, paths: Iterable[str]) -> list[sqlite3.Row]:
         rows = select_in(
             self.conn,
-            "SELECT c.embed_sha256, c.heading_path, c.content FROM files f "
+            f"SELECT {columns} FROM files f "
             "JOIN chunks c ON c.file_id = f.id WHERE f.path IN ({marks}) "
             "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id) "
             "ORDER BY f.path, c.chunk_index",

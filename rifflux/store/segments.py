@@ -23,12 +23,24 @@ Invariants:
   pays it; automerge keeps its segments in check.
 * The segment count comes from FTS5's own structure record (one row of ``<table>_data``),
   so deciding costs one row read per table.
+* A transaction of a job that will be optimized anyway may write with automerge off
+  (:func:`merges_deferred`): automerge folds each new segment level by level (work
+  proportional to what a transaction writes times the levels), and ``'optimize'``
+  rewrites it all once more at the end, so a full awesome-copilot job merged its
+  postings ~3 times inside its write transactions (the lock both workers queue on) for
+  nothing. The setting is changed and restored inside that transaction (a crash rolls
+  both back), and the transaction leaves :data:`MERGE_PENDING_KEY` in
+  ``index_metadata``: the next :func:`merge_after_job` optimizes whatever its own
+  policy says, then clears it, so segments left by a job that never finalized are merged
+  by the next one.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -49,6 +61,10 @@ _STRUCTURE_ROWID = 10
 AUTO_VACUUM_INCREMENTAL = 2
 # Written after the 4-byte cookie by SQLite ≥ 3.43's structure format (FTS5_STRUCTURE_V2).
 _STRUCTURE_V2 = b"\xff\x00\x00\x01"
+# index_metadata key: segments written with automerge off wait for an ``'optimize'``.
+MERGE_PENDING_KEY = "fts_merge_pending"
+# FTS5's ``automerge`` when its table has no setting (FTS5_DEFAULT_AUTOMERGE).
+FTS5_DEFAULT_AUTOMERGE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +79,13 @@ class MergePolicy:
         if rows_written <= 0:
             return False
         return rows_written >= self.min_rows or rows_written >= self.min_fraction * rows_total
+
+    def defers_merges(self, files_planned: int, files_stored: int) -> bool:
+        """Whether the writes of a job planned to write ``files_planned`` files, into an
+        index of at most ``files_stored``, skip FTS5's automerge (:func:`merges_deferred`):
+        the job rewrites ``min_fraction`` of the files, so the ``'optimize'`` it then gets
+        costs a bounded multiple of what it wrote, as :meth:`due` bounds it by chunks."""
+        return files_planned > 0 and files_planned >= self.min_fraction * files_stored
 
 
 DEFAULT_POLICY = MergePolicy()
@@ -97,8 +120,8 @@ def segment_count(conn: sqlite3.Connection, table: str = FTS_TABLE) -> int:
 
 
 def optimize(conn: sqlite3.Connection) -> dict[str, int]:
-    """Merge every FTS5 table with more than one segment into one, in one transaction;
-    each merged table's segment count before."""
+    """Merge every FTS5 table with more than one segment into one, in one transaction
+    that also clears :data:`MERGE_PENDING_KEY`; each merged table's segment count before."""
     merged: dict[str, int] = {}
     with transaction(conn):
         for table in FTS5_TABLES:
@@ -106,7 +129,60 @@ def optimize(conn: sqlite3.Connection) -> dict[str, int]:
             if before > 1:
                 conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
                 merged[table] = before
+        if merge_pending(conn):
+            conn.execute("DELETE FROM index_metadata WHERE key = ?", (MERGE_PENDING_KEY,))
     return merged
+
+
+@contextmanager
+def merges_deferred(conn: sqlite3.Connection) -> Iterator[None]:
+    """Inside a write transaction: the FTS5 writes of the body merge no segments, and the
+    index records that an ``'optimize'`` is pending (module docstring). For the writes of
+    a job that :func:`merge_after_job` will optimize: each FTS5 table's ``automerge`` is 0
+    for the body, then what it was (its ``<table>_config`` row as before: none by
+    default). An exception propagates and the caller's rollback undoes it all."""
+    if not conn.in_transaction:
+        raise RuntimeError("merges_deferred belongs inside a write transaction")
+    before = {table: _automerge_row(conn, table) for table in FTS5_TABLES}
+    for table in FTS5_TABLES:
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
+    yield
+    # FTS5 writes its pending postings as a segment when a savepoint opens: here, while
+    # automerge is still off (at the commit it would be back on).
+    conn.execute("SAVEPOINT rifflux_fts_flush")
+    conn.execute("RELEASE rifflux_fts_flush")
+    for table, value in before.items():
+        restored = FTS5_DEFAULT_AUTOMERGE if value is None else value
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', ?)", (restored,))
+        if value is None:
+            conn.execute(f"DELETE FROM {table}_config WHERE k = 'automerge'")
+    conn.execute(
+        "INSERT INTO index_metadata(key, value) VALUES (?, '1') "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (MERGE_PENDING_KEY,),
+    )
+
+
+def _automerge_row(conn: sqlite3.Connection, table: str) -> int | None:
+    row = conn.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def files_stored_bound(conn: sqlite3.Connection) -> int:
+    """At least the number of stored files, in one b-tree probe (the largest file id;
+    ``count(*)`` reads every row)."""
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM files").fetchone()[0])
+
+
+def merge_pending(conn: sqlite3.Connection) -> bool:
+    """Whether writes with automerge off (:func:`merges_deferred`) wait for an optimize."""
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM index_metadata WHERE key = ?", (MERGE_PENDING_KEY,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # not an index (a bare FTS5 table in a test)
+        return False
+    return row is not None
 
 
 def merge_after_job(
@@ -117,19 +193,21 @@ def merge_after_job(
     job_id: str = "",
 ) -> dict[str, int]:
     """After a job that wrote ``rows_written`` chunks: :func:`optimize` when ``policy``
-    says it is due; the tables merged with their segment counts before ({}: none).
-    A failure (the database busy past the retries, the disk full) is logged, never
-    raised: the index is as it was, only less compact."""
+    says it is due, or when writes deferred their merges (:func:`merge_pending`); the
+    tables merged with their segment counts before ({}: none). A failure (the database
+    busy past the retries, the disk full) is logged, never raised: the index is as it
+    was, only less compact."""
     bound = log.bind(job_id=job_id, rows_written=rows_written)
-    if rows_written <= 0:
+    pending = merge_pending(conn)
+    if rows_written <= 0 and not pending:
         return {}
     total = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
-    if not policy.due(rows_written, total):
+    if not pending and not policy.due(rows_written, total):
         return {}
     merged: dict[str, int] = {}
     started = time.perf_counter()
     try:
-        if segment_count(conn) > 1:
+        if pending or segment_count(conn) > 1:
             merged = optimize(conn)
             bound.info(
                 "fts.optimized",

@@ -59,6 +59,22 @@ _INSERT_CHUNKS = (
 _CHUNK_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
 
 
+# Vectors attached per statement (2 bound values each). One statement per vector made
+# SQLite journal, for each, the pages it changed that the batch's transaction had changed
+# already (a statement that may fail halfway is undone from that journal): ~6 pages a
+# vector, 15k vectors a full awesome-copilot job; one statement journals a page once.
+VECTORS_PER_STATEMENT = 500
+# The (hash, vector) rows in their given order, each attached to the chunks of that text
+# hash without a vector, in rowid order: the rows one statement per vector inserted, in
+# the same order (CROSS JOIN keeps the VALUES outermost). No two hashes share a chunk.
+_INSERT_VECTORS = (
+    "INSERT INTO embeddings(chunk_id, model, dim, vec) "
+    "SELECT c.chunk_id, ?1, ?2, v.column2 FROM (VALUES {values}) AS v "
+    "CROSS JOIN chunks c ON c.embed_sha256 = v.column1 "
+    "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id)"
+)
+
+
 class IndexWriter(IndexReader):
     """The writes to the index tables, over a writable connection."""
 
@@ -177,13 +193,25 @@ class IndexWriter(IndexReader):
         if not vectors:
             return 0
         blobs = encode_rows(list(vectors.values()))
-        cursor = self.conn.executemany(
-            "INSERT INTO embeddings(chunk_id, model, dim, vec) "
-            "SELECT c.chunk_id, ?, ?, ? FROM chunks c WHERE c.embed_sha256 = ? "
-            "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.chunk_id = c.chunk_id)",
-            [(model, dim, blob, key) for key, blob in zip(vectors, blobs, strict=True)],
-        )
-        added = max(cursor.rowcount, 0)
+        return self.write_blobs(model, dim, dict(zip(vectors, blobs, strict=True)))
+
+    def write_blobs(self, model: str, dim: int, blobs: Mapping[str, bytes]) -> int:
+        """:meth:`write_vectors` with the vectors already in their stored form
+        (:func:`~rifflux.store.vector_blobs.encode_rows`): a caller that holds the write
+        lock only for the insert encodes them before taking it."""
+        if not blobs:
+            return 0
+        items = list(blobs.items())
+        limit = self.conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 2
+        size = max(1, min(VECTORS_PER_STATEMENT, limit // 2))
+        added = 0
+        for start in range(0, len(items), size):
+            part = items[start : start + size]
+            cursor = self.conn.execute(
+                _INSERT_VECTORS.format(values=", ".join(["(?, ?)"] * len(part))),
+                [model, dim, *(value for key, blob in part for value in (key, blob))],
+            )
+            added += max(cursor.rowcount, 0)
         if added:
             self._record_model(model, dim)
             self.bump_generation()

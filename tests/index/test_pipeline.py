@@ -3,9 +3,11 @@ run them: plan, chunk (lexical phase), embed, write vectors (vector phase), fina
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rifflux_testing import (
     copy_corpus,
     files_not_found_lexically,
@@ -371,3 +373,37 @@ def test_a_publish_during_a_job_builds_no_graph_and_the_finalize_builds_them(
     final = read_manifest(vectors_dir(settings.db_path))[0]
     assert final is not None and final.rows > mid.rows
     assert all(s.hnsw is not None and s.hnsw_recall is not None for s in final.segments)
+
+
+def test_the_finalize_merges_the_fts_index_beside_its_publish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each half waits for the other to have started: run one after the other, they time
+    out; and an error of the merge still reaches the step."""
+    corpus = copy_corpus(tmp_path / "docs", limit=5)
+    settings = make_settings(tmp_path)
+    started = {"merge": threading.Event(), "publish": threading.Event()}
+    real_merge, real_publish = pipeline.merge_after_job, pipeline.publish_quietly
+
+    def merge(*args: Any, **kwargs: Any) -> Any:
+        started["merge"].set()
+        assert started["publish"].wait(10), "the publish did not run beside the merge"
+        return real_merge(*args, **kwargs)
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        started["publish"].set()
+        assert started["merge"].wait(10), "the merge did not run beside the publish"
+        return real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "merge_after_job", merge)
+    monkeypatch.setattr(pipeline, "publish_quietly", publish)
+    done = run_inline(settings, [corpus])
+    assert done is not None and done.state == "completed"
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("merge failed")
+
+    monkeypatch.setattr(pipeline, "merge_after_job", broken)
+    monkeypatch.setattr(pipeline, "publish_quietly", real_publish)
+    with pytest.raises(RuntimeError, match="merge failed"):
+        run_inline(settings, [corpus])

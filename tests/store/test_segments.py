@@ -5,6 +5,7 @@ rankings; a small edit job leaves the segments alone."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,18 @@ from rifflux.index.messages import EmbedRequest, VectorsRequest, finalize_reques
 from rifflux.queue.client import IndexQueue
 from rifflux.search.lexical import lexical_search
 from rifflux.store import jobs
-from rifflux.store.connection import open_index
+from rifflux.store.connection import open_index, transaction
 from rifflux.store.fts import FTS_TABLE
 from rifflux.store.paths import PATH_TABLE
-from rifflux.store.segments import MergePolicy, merge_after_job, optimize, segment_count
+from rifflux.store.segments import (
+    FTS5_TABLES,
+    MergePolicy,
+    merge_after_job,
+    merge_pending,
+    merges_deferred,
+    optimize,
+    segment_count,
+)
 
 QUERIES = (
     "agent instructions for testing",
@@ -196,3 +205,124 @@ def test_a_merge_that_fails_leaves_the_index_as_it_was(tmp_path: Path) -> None:
     assert merge_after_job(conn, 2) == {FTS_TABLE: 2}
     assert segment_count(conn) == 1
     conn.close()
+
+
+def automerge_rows(db: Path) -> list[tuple[str, str]]:
+    conn = open_index(db)
+    try:
+        return [
+            (table, str(row[0]))
+            for table in FTS5_TABLES
+            for row in conn.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'")
+        ]
+    finally:
+        conn.close()
+
+
+def pending(db: Path) -> bool:
+    conn = open_index(db)
+    try:
+        return merge_pending(conn)
+    finally:
+        conn.close()
+
+
+def test_a_full_jobs_batches_leave_their_merges_to_its_finalize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=20)
+    deferred = make_settings(
+        tmp_path, db_path=tmp_path / "d" / "index.db", batch_target_bytes=30_000
+    )
+    job_id = run_until_finalize(deferred, corpus)
+    conn = open_index(deferred.db_path)
+    batches = jobs.get_job(conn, job_id).batches_total
+    conn.close()
+    assert 8 <= batches < 16  # (FTS5 merges 16 segments of a level in any case)
+    assert segments(deferred.db_path) >= batches  # one per batch's transaction at least
+    assert pending(deferred.db_path)
+    assert automerge_rows(deferred.db_path) == []  # the setting is back to FTS5's default
+
+    merged = make_settings(tmp_path, db_path=tmp_path / "m" / "index.db", batch_target_bytes=30_000)
+    with monkeypatch.context() as patch:
+        patch.setattr(MergePolicy, "defers_merges", lambda self, planned, stored: False)
+        merged_job = run_until_finalize(merged, corpus)
+    assert not pending(merged.db_path)
+    assert rankings(deferred.db_path) == rankings(merged.db_path)
+
+    finalize(deferred, job_id)
+    finalize(merged, merged_job)
+    assert segments(deferred.db_path) == 1
+    assert not pending(deferred.db_path)
+    assert rankings(deferred.db_path) == rankings(merged.db_path)
+
+
+def test_a_pending_merge_is_done_by_the_next_finalize_even_of_a_small_job(tmp_path: Path) -> None:
+    conn = open_index(tmp_path / "index.db")
+    try:
+        conn.execute(
+            "INSERT INTO files(id, path, mtime_ns, size_bytes, sha256, indexed_at) "
+            "VALUES (1, 'a.md', 0, 0, '', 0)"
+        )
+        for n in range(3):
+            with transaction(conn), merges_deferred(conn):
+                conn.execute(
+                    "INSERT INTO chunks(chunk_id, file_id, chunk_index, heading_path, content, "
+                    "embed_sha256) VALUES (?, 1, ?, 'h', ?, ?)",
+                    (f"c{n}", n, f"word{n} common", f"s{n}"),
+                )
+        assert segment_count(conn) == 3 and merge_pending(conn)
+        assert not MergePolicy().due(1, 1000)  # the next job alone would not earn it
+        assert merge_after_job(conn, 1)[FTS_TABLE] == 3
+        assert segment_count(conn) == 1 and not merge_pending(conn)
+    finally:
+        conn.close()
+
+
+def test_deferring_merges_keeps_a_tables_own_automerge_setting(tmp_path: Path) -> None:
+    conn = open_index(tmp_path / "index.db")
+    try:
+        conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('automerge', 8)")
+        with transaction(conn), merges_deferred(conn):
+            pass
+        row = conn.execute(f"SELECT v FROM {FTS_TABLE}_config WHERE k = 'automerge'").fetchone()
+        assert row[0] == 8
+        with pytest.raises(RuntimeError, match="inside a write transaction"), merges_deferred(conn):
+            pass
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("planned", "stored", "defers"),
+    [(0, 0, False), (1, 0, True), (24, 100, False), (25, 100, True), (1, 1_000, False)],
+)
+def test_a_job_defers_its_merges_only_when_it_writes_a_large_share_of_the_files(
+    planned: int, stored: int, defers: bool
+) -> None:
+    assert MergePolicy().defers_merges(planned, stored) is defers
+
+
+def big_write(conn: sqlite3.Connection, n: int) -> None:
+    """One transaction's FTS5 rows: enough postings (~100 leaf pages) for automerge to
+    work on (it merges in proportion to the pages a transaction writes)."""
+    rows = [(f"w{n}x{i} w{i % 997} w{i % 89} common",) for i in range(12_000)]
+    conn.executemany("INSERT INTO chunks_fts(content) VALUES (?)", rows)
+
+
+def test_deferred_merges_leave_each_transactions_segment_where_automerge_folds_them(
+    tmp_path: Path,
+) -> None:
+    counts = {}
+    for deferred in (False, True):
+        conn = open_index(tmp_path / f"{deferred}.db")
+        try:
+            for n in range(6):
+                with transaction(conn), merges_deferred(conn) if deferred else nullcontext():
+                    big_write(conn, n)
+            counts[deferred] = segment_count(conn)
+            assert merge_pending(conn) is deferred
+        finally:
+            conn.close()
+    assert counts[False] < 6  # automerge folded four of them
+    assert counts[True] == 6
