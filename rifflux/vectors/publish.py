@@ -881,28 +881,39 @@ def _new_rows(
     fresh_local = np.fromiter((ordinal_of[p] for p in fresh.path_names), np.int64)
     ordinals = [fresh_local[fresh.path_ordinals[picked]]]
     for i, at in kept:
-        meta = np.asarray(segments[i].meta[at])
+        # One column at a time, each its own array: views of a copied meta block kept
+        # every column of it (squared norms too) alive until the end.
+        meta = segments[i].meta
         local = np.fromiter((ordinal_of[p] for p in segments[i].paths), np.int64)
         sources.append(np.full(at.shape[0], i, dtype=np.int64))
         positions.append(at)
-        rowids.append(meta[:, META_ROWID])
-        idents.append(meta[:, META_IDENT])
-        chunk_indexes.append(meta[:, META_INDEX])
-        ordinals.append(local[meta[:, META_PATH]])
-    path_ordinals = np.concatenate(ordinals)
-    indexes = np.concatenate(chunk_indexes)
+        rowids.append(np.asarray(meta[at, META_ROWID]))
+        idents.append(np.asarray(meta[at, META_IDENT]))
+        chunk_indexes.append(np.asarray(meta[at, META_INDEX]))
+        ordinals.append(local[np.asarray(meta[at, META_PATH])])
+        drop_pages(meta)
+    path_ordinals = _joined(ordinals)
+    indexes = _joined(chunk_indexes)
     order = np.lexsort((indexes, path_ordinals))
     db = DbRows(
         generation=fresh.generation,
         model=fresh.model,
         dim=fresh.dim,
-        rowids=np.concatenate(rowids)[order],
-        idents=np.concatenate(idents)[order],
+        rowids=_joined(rowids)[order],
+        idents=_joined(idents)[order],
         path_ordinals=path_ordinals[order],
         path_names=vocabulary,
         chunk_indexes=indexes[order],
     )
-    return db, np.concatenate(sources)[order], np.concatenate(positions)[order]
+    return db, _joined(sources)[order], _joined(positions)[order]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The parts as one array; the list emptied, so each part is freed as soon as the
+    caller's next step no longer needs it (one column of a full rewrite at a time)."""
+    joined = np.concatenate(parts)
+    parts.clear()
+    return joined
 
 
 def _members(values: np.ndarray, sorted_pool: np.ndarray) -> np.ndarray:
