@@ -5,7 +5,7 @@ rankings; a small edit job leaves the segments alone."""
 from __future__ import annotations
 
 import sqlite3
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from pathlib import Path
 
 import pytest
@@ -220,11 +220,8 @@ def automerge_rows(db: Path) -> list[tuple[str, str]]:
 
 
 def pending(db: Path) -> bool:
-    conn = open_index(db)
-    try:
+    with closing(open_index(db)) as conn:
         return merge_pending(conn)
-    finally:
-        conn.close()
 
 
 def test_a_full_jobs_batches_leave_their_merges_to_its_finalize(
