@@ -28,6 +28,7 @@ from rifflux.vectors.segments import (
     META_PATH,
     META_ROWID,
     read_manifest,
+    row_ident,
     vectors_dir,
 )
 
@@ -275,8 +276,9 @@ def test_a_manifest_behind_the_pruned_log_lists_every_row(tmp_path: Path, cfg: S
 
 
 def test_changed_rows_are_sorted_as_a_full_listing_sorts_them() -> None:
-    """The changed rows arrive in rowid chunks, in no order; they are read into columns
-    and sorted there, which must give the arrays of the rows sorted as Python rows."""
+    """Rows arrive in any order (the changed ones in rowid chunks); they are read into
+    columns and sorted there, which must give the columns of the rows sorted by (path,
+    chunk_index) as Python rows."""
     rng = random.Random(22)
     paths = [f"docs/{rng.choice('abc')}/{rng.randrange(60):02d}.md" for _ in range(40)]
     rows = [
@@ -285,10 +287,17 @@ def test_changed_rows_are_sorted_as_a_full_listing_sorts_them() -> None:
     ]
     rows = list({(path, index): (r, path, index, h) for r, path, index, h in rows}.values())
     rng.shuffle(rows)
-    got = publish_module._sorted_db_rows(7, "hash:384", 384, rows)
-    want = publish_module._db_rows(7, "hash:384", 384, sorted(rows, key=lambda r: (r[1], r[2])))
-    assert got.path_names == want.path_names
-    for field in ("rowids", "idents", "path_ordinals", "chunk_indexes"):
-        assert np.array_equal(getattr(got, field), getattr(want, field)), field
-    empty = publish_module._sorted_db_rows(7, "hash:384", 384, [])
+    got = publish_module._db_rows(7, "hash:384", 384, rows)
+    ordered = sorted(rows, key=lambda r: (r[1], r[2]))
+    names = sorted({r[1] for r in rows})
+    assert got.path_names == names
+    want = {
+        "rowids": [r[0] for r in ordered],
+        "idents": [row_ident(*r) for r in ordered],
+        "path_ordinals": [names.index(r[1]) for r in ordered],
+        "chunk_indexes": [r[2] for r in ordered],
+    }
+    for field, values in want.items():
+        assert getattr(got, field).tolist() == values, field
+    empty = publish_module._db_rows(7, "hash:384", 384, [])
     assert empty.rowids.shape == (0,) and empty.path_names == []
