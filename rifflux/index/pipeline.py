@@ -97,7 +97,7 @@ from rifflux.store.segments import (
     merge_after_job,
     merges_deferred,
 )
-from rifflux.store.vector_blobs import encode_rows
+from rifflux.store.vector_blobs import encode_vectors
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
@@ -523,7 +523,7 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
                     if any(k not in ahead for k in keys):
                         missing = [(k, t) for k, t in texts_to_embed(conn, paths) if k not in ahead]
                         fresh = embed_texts(inline, missing)
-                        late = dict(zip(fresh, encode_rows(list(fresh.values())), strict=True))
+                        late = encode_vectors(fresh)
                     blobs = {k: ahead[k] if k in ahead else late[k] for k in keys}
                     writer.write_blobs(request.model, inline.dim, blobs)
             done = texts == embedded
@@ -565,7 +565,7 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
 def _embed_ahead(
     conn: sqlite3.Connection, files: Sequence[PreparedFile], embedder: Embedder, model: str
 ) -> dict[str, bytes]:
-    """The stored form (int8 rows, :func:`~rifflux.store.vector_blobs.encode_rows`) of
+    """The stored form (int8 rows, :func:`~rifflux.store.vector_blobs.encode_vectors`) of
     the vectors of the batch's chunk texts that have no ``model`` vector in the index
     yet, computed outside any write transaction. Which texts the batch really lacks is
     decided inside it (:meth:`~rifflux.store.reader.IndexReader.hashes_without_vectors`);
@@ -575,7 +575,7 @@ def _embed_ahead(
     }
     stored = IndexReader(conn).reusable_vectors(sorted(texts), model) if texts else {}
     vectors = embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
-    return dict(zip(vectors, encode_rows(list(vectors.values())), strict=True))
+    return encode_vectors(vectors)
 
 
 def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:

@@ -19,7 +19,7 @@ quantizes what it stores.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -59,6 +59,11 @@ def encode_rows(vectors: Sequence[np.ndarray]) -> list[bytes]:
         return []
     rows = quantize_rows(np.stack([np.asarray(v, dtype="<f4").reshape(-1) for v in vectors]))
     return [row.tobytes() for row in rows]
+
+
+def encode_vectors(vectors: Mapping[str, np.ndarray]) -> dict[str, bytes]:
+    """:func:`encode_rows` of a mapping's vectors, under the same keys (embed hashes)."""
+    return dict(zip(vectors, encode_rows(list(vectors.values())), strict=True))
 
 
 def compact(blob: bytes, dim: int) -> bytes:

@@ -33,7 +33,7 @@ from rifflux.store import cjk, knowledge
 from rifflux.store.connection import transaction
 from rifflux.store.reader import INDEXED_ROOTS_KEY, IndexReader
 from rifflux.store.rows import PreparedFile
-from rifflux.store.vector_blobs import compact, encode_rows
+from rifflux.store.vector_blobs import compact, encode_vectors
 
 
 @dataclass(slots=True)
@@ -190,10 +190,7 @@ class IndexWriter(IndexReader):
         keeps waiting for its own vector. Each is stored as its int8 row
         (rifflux.store.vector_blobs), what the vector cache scores.
         """
-        if not vectors:
-            return 0
-        blobs = encode_rows(list(vectors.values()))
-        return self.write_blobs(model, dim, dict(zip(vectors, blobs, strict=True)))
+        return self.write_blobs(model, dim, encode_vectors(vectors))
 
     def write_blobs(self, model: str, dim: int, blobs: Mapping[str, bytes]) -> int:
         """:meth:`write_vectors` with the vectors already in their stored form

@@ -95,7 +95,8 @@ def test_int8_and_float32_indexes_give_identical_caches_and_results(
     docs = copy_corpus(tmp_path / "docs", limit=12)
     new = build(tmp_path, docs, "int8")
     with monkeypatch.context() as patch:
-        patch.setattr("rifflux.store.writer.encode_rows", float32_blobs)
+        # The one encoder every vector write goes through (encode_vectors calls it).
+        patch.setattr("rifflux.store.vector_blobs.encode_rows", float32_blobs)
         old = build(tmp_path, docs, "float32")
     assert blob_lengths(new) == {384}
     assert blob_lengths(old) == {4 * 384}
