@@ -8,7 +8,6 @@ back from the page cache if the rows are read again.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -39,12 +38,8 @@ def gather_rows(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
     segment touches most of its 100 MB, which stayed resident until the graph check
     ended."""
     out = np.empty((positions.shape[0], *array.shape[1:]), dtype=array.dtype)
-    for start, part in _blocks(positions):
+    for start in range(0, positions.shape[0], GATHER_ROWS):
+        part = positions[start : start + GATHER_ROWS]
         out[start : start + part.shape[0]] = array[part]
         drop_pages(array)
     return out
-
-
-def _blocks(positions: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    for start in range(0, positions.shape[0], GATHER_ROWS):
-        yield start, positions[start : start + GATHER_ROWS]
