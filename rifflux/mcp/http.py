@@ -7,17 +7,27 @@ Layers of the app, outermost first, each refusing before anything behind it runs
    (of the connection, for the first request), else the client gets 408 and the
    connection is closed. Uvicorn alone waits forever for a head sent one byte a second,
    or for a body that a ``Content-Length`` promised and never came. Between requests
-   uvicorn's keep-alive timeout (``KEEP_ALIVE_SECONDS``) closes idle connections; heads
-   over 16 KiB are refused by h11 (400).
-2. :class:`BearerTokenMiddleware`: with ``RIFFLUX_HTTP_TOKEN`` set, every request needs
+   uvicorn's keep-alive timeout (``KEEP_ALIVE_SECONDS``) closes idle connections. A head
+   still incomplete past ``MAX_HEAD_BYTES`` is refused by h11, answered 431 here.
+2. :class:`HeadLimitMiddleware`: a complete head over ``MAX_HEAD_BYTES`` or with more
+   than ``MAX_HEADERS`` fields gets 431 (h11 bounds only heads still arriving: one that
+   arrives whole in a single read passes it at any size).
+3. :class:`BearerTokenMiddleware`: with ``RIFFLUX_HTTP_TOKEN`` set, every request needs
    ``Authorization: Bearer <token>`` (the scheme in any case, RFC 9110 §11.1; the token
    compared in constant time), else 401.
-3. :class:`~rifflux.mcp.http_sessions.SessionLimiter`: at most
+4. :class:`WholeBodyFirst`: the request's whole body is read (over
+   ``MAX_REQUEST_BODY_BYTES``: 413) before anything behind it sees the request, so the
+   caps below count only requests that have fully arrived. A client sending its body a
+   byte at a time holds its own connection until the deadline, never a place under a
+   cap that honest clients need.
+5. :class:`~rifflux.mcp.http_sessions.SessionLimiter`: at most
    ``RIFFLUX_HTTP_MAX_SESSIONS`` live sessions; the least recently used idle one is
-   closed to make room.
-4. The MCP SDK's streamable HTTP app: DNS-rebinding protection (local ``Host`` and
-   ``Origin`` only, plus the bound address when it is a specific one), bodies over
-   ``MAX_REQUEST_BODY_BYTES`` get 413, and a session idle for
+   closed to make room (with several HTTP workers,
+   :class:`~rifflux.mcp.http_sessions.InFlightLimiter`: at most that many requests in
+   flight per worker).
+6. The MCP SDK's streamable HTTP app: DNS-rebinding protection (local ``Host`` and
+   ``Origin`` only, plus the bound address when it is a specific one), its own body
+   limit (the same ``MAX_REQUEST_BODY_BYTES``), and a session idle for
    ``RIFFLUX_HTTP_SESSION_IDLE_SECONDS`` is closed.
 
 A server that would listen beyond loopback without ``RIFFLUX_HTTP_TOKEN`` does not
@@ -43,7 +53,7 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rifflux.config import Settings
@@ -60,6 +70,11 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
 """A larger request body gets 413 before it is parsed (the biggest tool call, a
 ``reindex`` with a long ``paths`` list, is a few KB)."""
+MAX_HEAD_BYTES = 16 * 1024
+"""A request head (request line and header fields) over this gets 431; an MCP client's
+is a few hundred bytes, a bearer token included."""
+MAX_HEADERS = 100
+"""A request head with more header fields than this gets 431 (an MCP client sends ~10)."""
 KEEP_ALIVE_SECONDS = 5
 """How long a connection may sit idle between requests (uvicorn's default, made explicit)."""
 READY_POLL_SECONDS = 0.05
@@ -149,6 +164,106 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
+# -- how big a request may be ---------------------------------------------------------
+
+HEAD_TOO_LARGE = (
+    f"request head over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} header fields; "
+    "send fewer or shorter headers"
+)
+
+
+def head_size(scope: Scope) -> int:
+    """The bytes of the request line and header fields as parsed (h11 drops the
+    whitespace around values, so a client's own count may be a little higher)."""
+    query = scope["query_string"]
+    target = len(scope["raw_path"]) + (len(query) + 1 if query else 0)
+    line = len(scope["method"]) + 1 + target + len(" HTTP/1.1\r\n")
+    fields = sum(len(name) + len(value) + len(": \r\n") for name, value in scope["headers"])
+    return line + fields + len("\r\n")
+
+
+class HeadLimitMiddleware:
+    """Answers 431 to a request whose head is over ``MAX_HEAD_BYTES`` or has more than
+    ``MAX_HEADERS`` fields, and closes its connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (
+            len(scope["headers"]) > MAX_HEADERS or head_size(scope) > MAX_HEAD_BYTES
+        ):
+            status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            response = PlainTextResponse(
+                HEAD_TOO_LARGE, status_code=status.value, headers={"Connection": "close"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class WholeBodyFirst:
+    """Reads each request's whole body before ``app`` sees the request, then replays it.
+
+    The limiters behind count a request from the moment they see it; with the body read
+    first, a request counts only once it has fully arrived, and a client that trickles
+    its body holds nothing but its own connection (until the request deadline closes
+    it). A body over ``max_body_bytes`` gets 413 as soon as it is declared or read; a
+    client that leaves before its body arrived gets no answer.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._declared_size(scope) > self.max_body_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # The client left (or the deadline closed it) before its body came.
+            body += message.get("body", b"")
+            if len(body) > self.max_body_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    def _declared_size(scope: Scope) -> int:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    return int(value)
+                except ValueError:
+                    return 0  # h11 has already refused a malformed Content-Length.
+        return 0
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = PlainTextResponse(
+            f"request body over {self.max_body_bytes} bytes; send a smaller request",
+            status_code=HTTPStatus.REQUEST_ENTITY_TOO_LARGE.value,
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+
 # -- how long a request may take to arrive ---------------------------------------------
 
 
@@ -158,7 +273,9 @@ class RequestDeadlineProtocol(H11Protocol):
     The timer starts when the connection opens and whenever the first byte of a new
     request arrives; it stops once the request's body has been read. When it fires, a
     request that has no response yet is answered 408; the connection is closed either
-    way, and a handler still waiting for the body sees ``http.disconnect``.
+    way, and a handler still waiting for the body sees ``http.disconnect``. A head that
+    h11 refuses for growing past ``MAX_HEAD_BYTES`` unfinished is answered 431, as
+    :class:`HeadLimitMiddleware` answers a finished one.
     """
 
     request_timeout: ClassVar[float] = 30.0
@@ -206,16 +323,33 @@ class RequestDeadlineProtocol(H11Protocol):
         cycle = self.cycle
         answered = cycle is not None and cycle is not self._armed_during and cycle.response_started
         if not answered:
-            body = f"request not received within {self.request_timeout:g} s\n".encode()
-            status = HTTPStatus.REQUEST_TIMEOUT
-            self.transport.write(
-                f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode()
-                + b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-                + f"content-length: {len(body)}\r\n\r\n".encode()
-                + body
+            self._answer(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"request not received within {self.request_timeout:g} s",
             )
         log.info("mcp.http_request_timeout", client=self.client, seconds=self.request_timeout)
         self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """h11 refused the request; 431 when it refused a head still incomplete past
+        ``MAX_HEAD_BYTES`` (its receive buffer holds what it could not parse)."""
+        pending, _ = self.conn.trailing_data
+        if len(pending) <= MAX_HEAD_BYTES:
+            super().send_400_response(msg)
+            return
+        self._disarm()
+        self._answer(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, HEAD_TOO_LARGE)
+        self.transport.close()
+
+    def _answer(self, status: HTTPStatus, text: str) -> None:
+        """Write a whole plain-text response that says the connection closes."""
+        body = f"{text}\n".encode()
+        self.transport.write(
+            f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode()
+            + b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
 
 
 def deadline_protocol(seconds: float) -> type[RequestDeadlineProtocol]:
@@ -229,8 +363,8 @@ def deadline_protocol(seconds: float) -> type[RequestDeadlineProtocol]:
 def http_app(
     server: MCPServer, settings: Settings, host: str, *, stateless: bool = False
 ) -> tuple[ASGIApp, SessionLimiter | InFlightLimiter]:
-    """The streamable HTTP app at ``/mcp`` with its limiter, behind the bearer check when
-    a token is set; and the limiter, whose ``status()`` is ``index_status``'s
+    """The streamable HTTP app at ``/mcp`` behind the layers of this module (the bearer
+    check only when a token is set); and its limiter, whose ``status()`` is ``index_status``'s
     ``http_sessions``.
 
     ``stateless``: the SDK's stateless mode with JSON responses (no session outlives its
@@ -259,10 +393,10 @@ def http_app(
             max_sessions=settings.http_max_sessions,
             idle_seconds=settings.http_session_idle_seconds,
         )
-    app: ASGIApp = limiter
+    app: ASGIApp = WholeBodyFirst(limiter, MAX_REQUEST_BODY_BYTES)
     if settings.http_token:
         app = BearerTokenMiddleware(app, settings.http_token)
-    return app, limiter
+    return HeadLimitMiddleware(app), limiter
 
 
 async def serve_http(
@@ -295,6 +429,7 @@ async def serve_http(
         http=deadline_protocol(settings.http_request_timeout_seconds),
         ws="none",  # MCP has no WebSocket transport; an upgrade stays a plain request.
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         log_config=None,
         log_level=settings.log_level.lower(),
         access_log=False,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,16 @@ INITIALIZE = {
     },
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+HEADS_OVER_THE_LIMITS = {
+    "20-KB": {"X-Pad": "a" * 20_000},
+    "1000-fields": {f"X-Field-{i}": "v" for i in range(1000)},
+}
+"""Extra headers that put a request head over 16 KiB or 100 fields (431)."""
+HEAD_WITHIN_THE_LIMITS = {"X-Pad": "a" * 14_000} | {f"X-Field-{i}": "v" for i in range(80)}
+"""Extra headers that leave a request head just within both limits."""
+TRICKLE_EVERY_S = 0.5
+TRICKLE_BOUND_S = 90.0
+"""A slow-body attack stops by itself after this long, whatever the test does."""
 
 
 @dataclass(frozen=True)
@@ -92,3 +103,52 @@ async def http_session(
     ):
         await session.initialize()
         yield session
+
+
+@contextmanager
+def slow_bodies(port: int, count: int) -> Iterator[list[socket.socket]]:
+    """``count`` connections to ``127.0.0.1:port`` that each send an MCP POST's head and
+    then its promised body one byte every ``TRICKLE_EVERY_S`` (never all of it), until
+    the block ends or ``TRICKLE_BOUND_S`` has passed; they close when the block ends."""
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        "Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{"
+    ).encode()
+    stop = threading.Event()
+    conns: list[socket.socket] = []
+
+    def trickle() -> None:
+        deadline = time.monotonic() + TRICKLE_BOUND_S
+        while not stop.wait(TRICKLE_EVERY_S) and time.monotonic() < deadline:
+            for conn in conns:
+                try:
+                    conn.send(b" ")
+                except OSError:
+                    continue  # Closed by the server: that connection's attack is over.
+
+    thread = threading.Thread(target=trickle, name="slow-bodies", daemon=True)
+    try:
+        for _ in range(count):
+            conn = socket.create_connection(("127.0.0.1", port))
+            conns.append(conn)
+            conn.sendall(head)
+            conn.setblocking(False)
+        thread.start()
+        yield conns
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        for conn in conns:
+            conn.close()
+
+
+def still_waiting(conn: socket.socket) -> bool:
+    """Whether the server has neither answered nor closed ``conn`` (non-blocking)."""
+    try:
+        conn.recv(1)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False  # A byte of an answer, or the end of the stream.

@@ -16,7 +16,15 @@ from collections.abc import Iterator
 
 import httpx2
 import pytest
-from http_support import INITIALIZE, MCP_HEADERS, HttpServer, http_session, start_http_server
+from http_support import (
+    HEAD_WITHIN_THE_LIMITS,
+    HEADS_OVER_THE_LIMITS,
+    INITIALIZE,
+    MCP_HEADERS,
+    HttpServer,
+    http_session,
+    start_http_server,
+)
 from mcp_support import (  # noqa: F401  (fixtures)
     REPO_ROOT,
     IndexedTree,
@@ -171,6 +179,26 @@ def test_a_request_not_sent_within_the_deadline_is_disconnected(
         elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert REQUEST_TIMEOUT_SECONDS * 0.5 <= elapsed < DISCONNECT_BOUND_S
+
+
+@pytest.mark.parametrize("extra", HEADS_OVER_THE_LIMITS.values(), ids=HEADS_OVER_THE_LIMITS)
+def test_a_head_over_the_limits_gets_431(strict_server: HttpServer, extra: dict[str, str]) -> None:
+    with httpx2.Client(timeout=30) as client:
+        response = client.post(strict_server.url, json=INITIALIZE, headers=MCP_HEADERS | extra)
+        assert response.status_code == 431, response.text
+        assert "16384 bytes or 100 header fields" in response.text
+        within = client.post(
+            strict_server.url, json=INITIALIZE, headers=MCP_HEADERS | HEAD_WITHIN_THE_LIMITS
+        )
+        assert within.status_code == 200, within.text
+
+
+def test_a_head_still_arriving_past_the_limit_gets_431(strict_server: HttpServer) -> None:
+    with socket.create_connection(("127.0.0.1", strict_server.port)) as sock:
+        sock.settimeout(DISCONNECT_BOUND_S)
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 17_000)
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer
 
 
 def test_a_body_over_the_limit_gets_413(strict_server: HttpServer) -> None:

@@ -1,6 +1,8 @@
 """``rifflux serve --http-workers 2``: two HTTP worker processes serve one index on one
 port, answer exactly as one process does, leave the watcher and the pool to their
-supervisor, and a worker killed with -9 is replaced while the port keeps answering.
+supervisor, and a worker killed with -9 is replaced while the port keeps answering;
+clients that trickle their request bodies do not lock the others out, and heads over
+the limits are refused as by one process.
 
 Real processes throughout: a supervisor spawned as the CLI is, its spawned workers, a
 real MCP client over streamable HTTP; the reference is a single-process server on the
@@ -19,8 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx2
 import pytest
-from http_support import free_port, http_session, wait_until_listening
+from http_support import (
+    HEAD_WITHIN_THE_LIMITS,
+    HEADS_OVER_THE_LIMITS,
+    INITIALIZE,
+    MCP_HEADERS,
+    free_port,
+    http_session,
+    slow_bodies,
+    still_waiting,
+    wait_until_listening,
+)
 from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     TOOL_NAMES,
@@ -44,6 +58,14 @@ SEARCHES = [
     {"query": "garden herbs", "mode": "semantic", "top_k": 4},
     {"query": "python testing", "mode": "hybrid", "max_tokens": 200},
 ]
+
+CAP = 3
+"""Requests in flight per worker in the slow-body test (``RIFFLUX_HTTP_MAX_SESSIONS``)."""
+SLOW_BODIES = 10 * 2 * CAP
+"""Connections trickling their bodies: ten times what both workers' caps hold together."""
+SLOW_REQUEST_TIMEOUT_S = 300
+"""The request deadline while the slow bodies attack: longer than the test can take, so
+that no slow request is cut off (freeing its place) before the honest client is served."""
 
 INDEX_KEYS = ("files", "chunks", "embeddings", "roots", "generation", "embedding_model")
 """The part of ``index_status`` about the index (the rest is about the process)."""
@@ -116,6 +138,25 @@ def servers(
         stop(single)
     # SIGTERM to the supervisor stopped every HTTP worker it started.
     assert not [pid for pid in pair.serving_pids() if Path(f"/proc/{pid}").exists()]
+
+
+@pytest.fixture(scope="module")
+def capped_pair(
+    shared_tree: IndexedTree, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """Two HTTP workers with a small in-flight cap and a long request deadline."""
+    pair = start(
+        shared_tree,
+        tmp_path_factory.mktemp("logs") / "capped.log",
+        RIFFLUX_HTTP_WORKERS="2",
+        RIFFLUX_HTTP_MAX_SESSIONS=str(CAP),
+        RIFFLUX_HTTP_REQUEST_TIMEOUT_SECONDS=str(SLOW_REQUEST_TIMEOUT_S),
+    )
+    try:
+        pair.wait_for_serving(2)  # Both accept, so the attack reaches both.
+        yield pair
+    finally:
+        stop(pair)
 
 
 def canonical(value: Any) -> str:
@@ -208,3 +249,32 @@ async def test_a_reindex_reaching_an_http_worker_gets_the_supervisors_pool(
         assert len(pools) == 1 and _parent(pools[0]) == pair.proc.pid
     finally:
         stop(pair)
+
+
+async def test_bodies_sent_a_byte_at_a_time_leave_room_for_an_honest_client(
+    capped_pair: Server,
+) -> None:
+    port = int(capped_pair.url.split(":")[2].split("/")[0])
+    with slow_bodies(port, SLOW_BODIES) as attackers:
+        with anyio.fail_after(BOOT_S):
+            async with http_session(capped_pair.url) as session:  # initialize
+                tools = (await session.list_tools()).tools
+                found = await call_ok(session, "search_rifflux", timeout=CALL_S, query="basil")
+        assert sorted(tool.name for tool in tools) == sorted(TOOL_NAMES)
+        assert found["count"] >= 1
+        # The attack was on throughout: no slow request was answered or cut off.
+        assert all(still_waiting(conn) for conn in attackers)
+
+
+@pytest.mark.parametrize("extra", HEADS_OVER_THE_LIMITS.values(), ids=HEADS_OVER_THE_LIMITS)
+def test_a_head_over_the_limits_gets_431_from_every_worker(
+    capped_pair: Server, extra: dict[str, str]
+) -> None:
+    with httpx2.Client(timeout=CALL_S) as client:
+        for _ in range(4):  # Each request may reach either worker.
+            response = client.post(capped_pair.url, json=INITIALIZE, headers=MCP_HEADERS | extra)
+            assert response.status_code == 431, response.text
+        within = client.post(
+            capped_pair.url, json=INITIALIZE, headers=MCP_HEADERS | HEAD_WITHIN_THE_LIMITS
+        )
+        assert within.status_code == 200, within.text
