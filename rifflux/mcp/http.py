@@ -19,7 +19,8 @@ Layers of the app, outermost first, each refusing before anything behind it runs
    ``MAX_REQUEST_BODY_BYTES``: 413) before anything behind it sees the request, so the
    caps below count only requests that have fully arrived. A client sending its body a
    byte at a time holds its own connection until the deadline, never a place under a
-   cap that honest clients need.
+   cap that honest clients need; bodies still arriving hold at most
+   ``MAX_ARRIVING_BODY_BYTES`` per process (past it the oldest gets 408).
 5. :class:`~rifflux.mcp.http_sessions.SessionLimiter`: at most
    ``RIFFLUX_HTTP_MAX_SESSIONS`` live sessions; the least recently used idle one is
    closed to make room (with several HTTP workers,
@@ -45,9 +46,11 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, ClassVar
 
+import anyio
 import structlog
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -70,6 +73,9 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
 """A larger request body gets 413 before it is parsed (the biggest tool call, a
 ``reindex`` with a long ``paths`` list, is a few KB)."""
+MAX_ARRIVING_BODY_BYTES = 32 * MAX_REQUEST_BODY_BYTES
+"""What the request bodies still arriving may hold together in one process; past it the
+one that started first gets 408 (:class:`WholeBodyFirst`)."""
 MAX_HEAD_BYTES = 16 * 1024
 """A request head (request line and header fields) over this gets 431; an MCP client's
 is a few hundred bytes, a bearer token included."""
@@ -202,38 +208,76 @@ class HeadLimitMiddleware:
         await self.app(scope, receive, send)
 
 
+@dataclass
+class _Arriving:
+    """A request whose body is still arriving: its bytes so far, and how to stop it."""
+
+    size: int = 0
+    cancel: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+
 class WholeBodyFirst:
     """Reads each request's whole body before ``app`` sees the request, then replays it.
 
-    The limiters behind count a request from the moment they see it; with the body read
-    first, a request counts only once it has fully arrived, and a client that trickles
-    its body holds nothing but its own connection (until the request deadline closes
-    it). A body over ``max_body_bytes`` gets 413 as soon as it is declared or read; a
-    client that leaves before its body arrived gets no answer.
+    Invariants:
+
+    - The limiters behind count a request from the moment they see it; with the body
+      read first, a request counts only once it has fully arrived. A client that
+      trickles its body holds nothing but its own connection, until the request deadline
+      (408) or the budget below closes it.
+    - The bodies still arriving in this process hold at most ``max_arriving_bytes``
+      together: past it the request whose body started arriving first gets 408 and its
+      connection closes, until the rest fits. An honest body arrives in milliseconds, so
+      the oldest is the slowest sender's.
+    - A body over ``max_body_bytes`` gets 413 as soon as it is declared or read; a client
+      that leaves before its body arrived gets no answer.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, max_arriving_bytes: int) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_arriving_bytes = max_arriving_bytes
+        self._arriving: dict[int, _Arriving] = {}  # Insertion order: oldest first.
+        self._arriving_bytes = 0
+
+    @property
+    def arriving_bytes(self) -> int:
+        """The bytes held now by bodies still arriving."""
+        return self._arriving_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if self._declared_size(scope) > self.max_body_bytes:
-            await self._too_large(scope, receive, send)
+            await self._refuse(scope, receive, send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
             return
         body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # The client left (or the deadline closed it) before its body came.
-            body += message.get("body", b"")
-            if len(body) > self.max_body_bytes:
-                await self._too_large(scope, receive, send)
-                return
-            if not message.get("more_body", False):
-                break
+        arriving = _Arriving()
+        self._arriving[id(arriving)] = arriving
+        try:
+            with arriving.cancel:
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # The client left (or the deadline closed it) first.
+                    chunk = message.get("body", b"")
+                    body += chunk
+                    if len(body) > self.max_body_bytes:
+                        await self._refuse(
+                            scope, receive, send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+                        )
+                        return
+                    if not message.get("more_body", False):
+                        break
+                    arriving.size += len(chunk)
+                    self._arriving_bytes += len(chunk)
+                    self._make_room()
+        finally:
+            self._forget(arriving)
+        if arriving.cancel.cancelled_caught:
+            await self._refuse(scope, receive, send, HTTPStatus.REQUEST_TIMEOUT)
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -245,6 +289,18 @@ class WholeBodyFirst:
 
         await self.app(scope, replay, send)
 
+    def _make_room(self) -> None:
+        """Stop the oldest bodies still arriving until the rest fit the budget."""
+        while self._arriving_bytes > self.max_arriving_bytes:
+            oldest = next(iter(self._arriving.values()))
+            self._forget(oldest)
+            oldest.cancel.cancel()
+            log.debug("mcp.http_slow_body_closed", arriving_bytes=self._arriving_bytes)
+
+    def _forget(self, arriving: _Arriving) -> None:
+        if self._arriving.pop(id(arriving), None) is not None:
+            self._arriving_bytes -= arriving.size
+
     @staticmethod
     def _declared_size(scope: Scope) -> int:
         for name, value in scope["headers"]:
@@ -255,11 +311,14 @@ class WholeBodyFirst:
                     return 0  # h11 has already refused a malformed Content-Length.
         return 0
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: HTTPStatus) -> None:
+        text = (
+            f"request body over {self.max_body_bytes} bytes; send a smaller request"
+            if status is HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+            else "request body arriving too slowly while others waited; send it at once"
+        )
         response = PlainTextResponse(
-            f"request body over {self.max_body_bytes} bytes; send a smaller request",
-            status_code=HTTPStatus.REQUEST_ENTITY_TOO_LARGE.value,
-            headers={"Connection": "close"},
+            text, status_code=status.value, headers={"Connection": "close"}
         )
         await response(scope, receive, send)
 
@@ -393,7 +452,7 @@ def http_app(
             max_sessions=settings.http_max_sessions,
             idle_seconds=settings.http_session_idle_seconds,
         )
-    app: ASGIApp = WholeBodyFirst(limiter, MAX_REQUEST_BODY_BYTES)
+    app: ASGIApp = WholeBodyFirst(limiter, MAX_REQUEST_BODY_BYTES, MAX_ARRIVING_BODY_BYTES)
     if settings.http_token:
         app = BearerTokenMiddleware(app, settings.http_token)
     return HeadLimitMiddleware(app), limiter

@@ -1,10 +1,11 @@
 """The HTTP transport's pieces in process: bind check, bearer parsing, settings, the
-session table, and the session cap over the SDK's real app under concurrent clients."""
+session table, the session cap over the SDK's real app under concurrent clients, and the
+budget of request bodies still arriving."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 import httpx2
@@ -16,12 +17,13 @@ from mcp_support import (  # noqa: F401  (fixtures)
     shared_tree_fixture,
 )
 from starlette.responses import PlainTextResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from rifflux.config import Settings
 from rifflux.errors import ConfigError
 from rifflux.mcp.http import (
     MCP_PATH,
+    WholeBodyFirst,
     bearer_credentials,
     check_bind,
     http_app,
@@ -232,3 +234,69 @@ async def test_stateless_requests_in_flight_past_the_cap_get_503() -> None:
             release.set()
         await post()  # Room again once they ended.
     assert statuses == [503, 200, 200, 200]
+
+
+class TricklingClient:
+    """An ASGI client that sends 100 bytes of its body, then nothing until it leaves."""
+
+    def __init__(self) -> None:
+        self.chunks = [b"a" * 100]
+        self.answers: list[Message] = []
+        self.gone = anyio.Event()
+
+    async def receive(self) -> Message:
+        if self.chunks:
+            return {"type": "http.request", "body": self.chunks.pop(), "more_body": True}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        self.answers.append(message)
+
+    def status(self) -> int | None:
+        return self.answers[0]["status"] if self.answers else None
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(10):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_bodies_arriving_past_the_budget_close_the_oldest_first() -> None:
+    served: list[bytes] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        served.append((await receive())["body"])
+        await PlainTextResponse("ok")(scope, receive, send)
+
+    guard = WholeBodyFirst(app, max_body_bytes=1000, max_arriving_bytes=250)
+    scope: Scope = {"type": "http", "method": "POST", "path": MCP_PATH, "headers": []}
+    first, second, third = slow = [TricklingClient() for _ in range(3)]
+    async with anyio.create_task_group() as group:
+        group.start_soon(guard, scope, first.receive, first.send)
+        await wait_for(lambda: guard.arriving_bytes == 100)
+        group.start_soon(guard, scope, second.receive, second.send)
+        await wait_for(lambda: guard.arriving_bytes == 200)
+        group.start_soon(guard, scope, third.receive, third.send)
+        # 300 bytes arriving > 250: the oldest is closed, the others keep arriving.
+        await wait_for(lambda: first.status() is not None)
+        assert [client.status() for client in slow] == [408, None, None]
+        assert guard.arriving_bytes == 200
+
+        answers: list[Message] = []
+        messages = iter([{"type": "http.request", "body": b"{}", "more_body": False}])
+
+        async def receive_whole() -> Message:
+            return next(messages, {"type": "http.disconnect"})
+
+        async def record(message: Message) -> None:
+            answers.append(message)
+
+        await guard(scope, receive_whole, record)  # A whole body is served meanwhile.
+        assert answers[0]["status"] == 200 and served == [b"{}"]
+        second.gone.set()
+        third.gone.set()
+    assert [client.status() for client in slow] == [408, None, None]
+    assert guard.arriving_bytes == 0
