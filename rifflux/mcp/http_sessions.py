@@ -287,7 +287,9 @@ class InFlightLimiter:
 
     Stateless, no session outlives its request: what a client can make a process hold
     is its requests in flight (a transport, a server task and memory streams each), so
-    ``RIFFLUX_HTTP_MAX_SESSIONS`` bounds those instead, per HTTP worker process.
+    ``RIFFLUX_HTTP_MAX_SESSIONS`` bounds those instead, per HTTP worker process. The
+    transport reads each body whole before this sees the request
+    (``rifflux.mcp.http.WholeBodyFirst``): a request still arriving holds no place.
     """
 
     def __init__(self, app: ASGIApp, *, path: str, max_in_flight: int) -> None:
