@@ -133,6 +133,7 @@ def slow_bodies(port: int, count: int) -> Iterator[list[socket.socket]]:
             conns.append(conn)
             conn.sendall(head)
             conn.setblocking(False)
+        wait_until_read(port, [conn.getsockname()[1] for conn in conns])
         thread.start()
         yield conns
     finally:
@@ -141,6 +142,25 @@ def slow_bodies(port: int, count: int) -> Iterator[list[socket.socket]]:
             thread.join()
         for conn in conns:
             conn.close()
+
+
+def wait_until_read(port: int, clients: list[int]) -> None:
+    """Wait until the server on ``port`` has accepted the connections from the local
+    ``clients`` ports and read every byte they sent (its receive queues in
+    ``/proc/net/tcp`` are empty), so that it has seen each request's head."""
+    local = f"0100007F:{port:04X}"
+    remotes = {f"0100007F:{client:04X}" for client in clients}
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while True:
+        unread = set(remotes)
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2] in unread and fields[4].endswith(":00000000"):
+                unread.discard(fields[2])
+        if not unread:
+            return
+        assert time.monotonic() < deadline, f"{len(unread)} connections still unread"
+        time.sleep(0.05)
 
 
 def still_waiting(conn: socket.socket) -> bool:

@@ -23,7 +23,9 @@ from http_support import (
     MCP_HEADERS,
     HttpServer,
     http_session,
+    slow_bodies,
     start_http_server,
+    still_waiting,
 )
 from mcp_support import (  # noqa: F401  (fixtures)
     REPO_ROOT,
@@ -132,6 +134,17 @@ async def test_thousands_of_abandoned_sessions_stay_within_the_cap(
     assert status["http_sessions"]["max"] == CAP
     assert status["http_sessions"]["live"] <= CAP
     assert status["http_sessions"]["peak"] == CAP
+
+
+def test_bodies_sent_a_byte_at_a_time_close_no_session(capped_server: HttpServer) -> None:
+    url = capped_server.url
+    with httpx2.Client(timeout=10) as client:
+        honest = initialize(client, url)
+        # Each would open a session; while its body is arriving it makes no room.
+        with slow_bodies(capped_server.port, CAP * 3) as attackers:
+            assert ping(client, url, honest) == 200
+            assert ping(client, url, initialize(client, url)) == 200
+            assert all(still_waiting(conn) for conn in attackers)
 
 
 # -- idle sessions and slow requests ---------------------------------------------------
