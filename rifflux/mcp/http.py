@@ -423,8 +423,8 @@ def http_app(
     server: MCPServer, settings: Settings, host: str, *, stateless: bool = False
 ) -> tuple[ASGIApp, SessionLimiter | InFlightLimiter]:
     """The streamable HTTP app at ``/mcp`` behind the layers of this module (the bearer
-    check only when a token is set); and its limiter, whose ``status()`` is ``index_status``'s
-    ``http_sessions``.
+    check only when a token is set); and its limiter, whose ``status()`` is
+    ``index_status``'s ``http_sessions``.
 
     ``stateless``: the SDK's stateless mode with JSON responses (no session outlives its
     request, so any process may answer any request: several HTTP workers), capped by
