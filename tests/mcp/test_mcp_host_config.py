@@ -10,14 +10,23 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from http_support import BOOT_TIMEOUT_S, free_port, wait_until_listening
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp_support import DOCS, anyio_backend_fixture, call_error, call_ok, write_docs  # noqa: F401
+from mcp_support import (  # noqa: F401  (fixtures)
+    DOCS,
+    anyio_backend_fixture,
+    build_tree,
+    call_error,
+    call_ok,
+    write_docs,
+)
 from rifflux_testing import make_settings
 
 from rifflux.index.indexer import Indexer
@@ -214,3 +223,47 @@ async def test_a_host_launching_the_printed_entry_from_the_root_gets_paths_as_re
                 f"'../elsewhere' (resolves to {tmp_path / 'elsewhere'}) is outside the allowed "
                 f"roots ({notes}); paths are relative to {notes}"
             )
+
+
+# -- the line `make run` shows a person ----------------------------------------------------
+
+
+@needs_script
+@pytest.mark.parametrize("http_workers", ["1", "2"])
+def test_an_http_server_prints_where_it_is_and_a_command_that_works(
+    tmp_path: Path, http_workers: str
+) -> None:
+    tree = build_tree(tmp_path / "notes")
+    port = free_port()
+    env = tree.env(PATH="/usr/bin:/bin", RIFFLUX_HTTP_WORKERS=http_workers)
+    env["RIFFLUX_DB_PATH"] = ".rifflux/index.db"  # As in a clone: the default, relative.
+    err = tmp_path / "server.err"
+    with err.open("w") as errlog:
+        proc = subprocess.Popen(
+            [str(SCRIPT), "serve", "--transport", "http", "--port", str(port)],
+            cwd=tree.root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
+    try:
+        wait_until_listening(proc, port)
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        lines: list[str] = []
+        while not lines and time.monotonic() < deadline:
+            lines = [ln for ln in err.read_text().splitlines() if ln.startswith("rifflux: ")]
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert lines == [
+        f"rifflux: MCP server at http://127.0.0.1:{port}/mcp; try: {SCRIPT} search "
+        f"'how are files indexed' (connect a host: {SCRIPT} mcp-config --host vscode)"
+    ]
+    suggested = shlex.split(lines[0].split("try: ", 1)[1].split(" (", 1)[0])
+    done = subprocess.run(
+        suggested, cwd=tree.root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "docs/" in done.stdout
