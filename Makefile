@@ -21,7 +21,8 @@ install: $(BIN)/rifflux
 	$(BIN)/python -m compileall -q rifflux workers
 
 # Workers on the embedded SQLite broker, an index job for $(RIFFLUX_ROOT), and the MCP
-# server over streamable HTTP on 127.0.0.1:8765 (see Procfile).
+# server over streamable HTTP on 127.0.0.1:8765 (see Procfile), which prints one
+# `rifflux: MCP server at …; try: …` line once it accepts.
 run: install
 	$(BIN)/honcho start -f Procfile
 

@@ -65,10 +65,15 @@ def add_mcp_config_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     config = subparsers.add_parser(
         "mcp-config",
-        help="print the JSON an MCP host needs to start this installation's server",
+        help="print what an MCP host needs to start this installation's server",
     )
     config.add_argument(
-        "--host", choices=HOSTS, default="generic", help="the host's format (default: generic)"
+        "--host",
+        choices=HOSTS,
+        default="generic",
+        help="vscode: .vscode/mcp.json; claude: claude_desktop_config.json; cursor: "
+        ".cursor/mcp.json; claude-code: the `claude mcp add` command to run; generic "
+        "(default): the mcpServers JSON most hosts read",
     )
     config.add_argument(
         "--db", type=Path, help="index database (default: $RIFFLUX_DB_PATH or .rifflux/index.db)"
@@ -78,12 +83,10 @@ def add_mcp_config_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_mcp_config(args: argparse.Namespace) -> int:
-    import json
-
-    from rifflux.mcp.host_config import host_config, roots_warning
+    from rifflux.mcp.host_config import render, roots_warning
 
     settings = Settings.from_env().with_overrides(db_path=args.db)
-    print(json.dumps(host_config(args.host, settings.db_path), indent=2, ensure_ascii=False))
+    print(render(args.host, settings.db_path))
     warning = roots_warning(settings.db_path)
     if warning is not None:
         print(f"rifflux: warning: {warning}", file=sys.stderr)

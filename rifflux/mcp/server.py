@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import shlex
 import signal
 import socket
 import sqlite3
@@ -56,7 +57,8 @@ from rifflux.errors import RiffluxError, os_failure
 from rifflux.logs import configure_logging
 from rifflux.mcp import knowledge_tools, tools
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
-from rifflux.mcp.http import check_bind, serve_http
+from rifflux.mcp.host_config import launcher
+from rifflux.mcp.http import MCP_PATH, check_bind, serve_http
 from rifflux.mcp.http_workers import (
     HttpWorkers,
     ask_supervisor_for_workers,
@@ -446,6 +448,32 @@ def start_watcher(ctx: ToolContext, roots: Sequence[Path]) -> FileWatcher:
     return watcher
 
 
+TRY_QUERY = "how are files indexed"
+"""The search the startup line suggests (it finds something in this repository's docs,
+which ``make run`` indexes)."""
+
+
+def serving_line(host: str, port: int) -> str:
+    """The one plain line an HTTP server prints for a person once it accepts: where MCP
+    is, and a command to try in another terminal (this installation's ``rifflux``, as
+    ``mcp-config`` names it; relative when it lies under the working directory)."""
+    shown = f"[{host}]" if ":" in host else host
+    command = launcher()
+    if os.path.isabs(command[0]):
+        relative = os.path.relpath(command[0])
+        if not relative.startswith(".."):
+            command[0] = relative
+    rifflux = shlex.join(command)
+    return (
+        f"rifflux: MCP server at http://{shown}:{port}{MCP_PATH}; try: {rifflux} search "
+        f"{shlex.quote(TRY_QUERY)} (connect a host: {rifflux} mcp-config --host vscode)"
+    )
+
+
+def _announce(host: str, port: int) -> None:
+    print(serving_line(host, port), file=sys.stderr, flush=True)
+
+
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # SystemExit unwinds through run_server's finally, which stops a local worker pool.
     sys.exit(128 + signum)
@@ -483,6 +511,7 @@ def _serve_http_workers(context: ToolContext, host: str, port: int, count: int) 
     stopped; this process keeps the watcher and the pool."""
     sock = bind_socket(host, port)
     spec = HttpWorkerSpec(context.settings, context.cwd, host, port)
+    _announce(host, port)  # Connections queue on the bound socket until a worker accepts.
 
     def want_workers() -> None:
         with context.queue_lock:
@@ -550,7 +579,8 @@ def run_server(
         elif settings.http_workers > 1:
             _serve_http_workers(context, host, port, settings.http_workers)
         else:
-            anyio.run(serve_http, server, context, host, port)
+            on_ready = functools.partial(_announce, host, port)
+            anyio.run(functools.partial(serve_http, on_ready=on_ready), server, context, host, port)
     finally:
         if watcher is not None:
             watcher.stop()

@@ -16,6 +16,12 @@ read-only, only when ``RIFFLUX_ALLOW_DB_PATH`` allows it and only inside the roo
 server in ``/``, a home directory or a parent of one, without ``RIFFLUX_ALLOWED_ROOTS``,
 has no allowed root: those calls fail with one line naming it (searching the server's
 own index and ``index_status`` still work).
+
+Paths in tool arguments mean what results show: a relative ``path``, ``paths`` or
+``db_path`` is read against the directory the index's paths are relative to
+(:attr:`ToolContext.base`), never the process's working directory, which an MCP host
+chooses (often ``/``). A server given ``RIFFLUX_BASE_DIR`` works in that directory:
+``reindex`` with no path indexes it, and relative settings are read from it.
 """
 
 from __future__ import annotations
@@ -77,7 +83,8 @@ class ToolContext:
     settings: Settings
     search: SearchService
     queue: Reindexer
-    # Relative paths in tool arguments resolve against this directory.
+    # The directory the server works in: RIFFLUX_BASE_DIR when set, else the process's
+    # working directory. ``reindex`` with no path indexes it; the default allowed root.
     cwd: Path
     # Set by close(): a thread still waiting for a job gives up instead of keeping the
     # process alive (the server abandons such threads when their call is cancelled).
@@ -121,9 +128,29 @@ class ToolContext:
             return [real(c) for c in client_roots]
         return effective_roots(self.allowed_roots, client_roots, restricted=restricted)
 
+    @property
+    def base(self) -> Path:
+        """The directory result paths are relative to, against which relative paths in
+        tool arguments are read: RIFFLUX_BASE_DIR, else the index's recorded base
+        directory, else :attr:`cwd` (no index yet)."""
+        if self.settings.base_dir is not None:
+            return self.settings.base_dir
+        try:
+            recorded = self.search.base_dir()
+        except RiffluxError:  # No index yet, or one that cannot be read: nothing to match.
+            recorded = None
+        return Path(recorded) if recorded else self.cwd
+
     @classmethod
     def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
-        cwd = Path(cwd or os.getcwd()).resolve()
+        """The context of a server started in ``cwd`` (default: this process's working
+        directory); given RIFFLUX_BASE_DIR, the server works in that directory instead."""
+        cwd = Path(cwd or os.getcwd())
+        if settings.base_dir is not None:
+            base = Path(os.path.abspath(cwd / settings.base_dir.expanduser()))
+            settings = settings.with_overrides(base_dir=base)
+            cwd = base
+        cwd = cwd.resolve()
         settings = settings.with_overrides(db_path=resolve_against(cwd, settings.db_path))
         ctx = cls(
             settings=settings,
@@ -134,7 +161,7 @@ class ToolContext:
         if settings.auto_reindex_on_search:
             roots = [resolve_against(cwd, p) for p in settings.auto_reindex_paths] or [cwd]
             refuse_without_roots(ctx, roots, "RIFFLUX_AUTO_REINDEX_ON_SEARCH")
-            check_allowed(roots, ctx.allowed_roots)
+            check_allowed(roots, ctx.allowed_roots, remedy=WIDEN_ROOTS)
             ctx.auto_reindex = AutoReindexer(
                 ctx.queue, roots, settings.auto_reindex_min_interval_seconds
             )
@@ -152,14 +179,15 @@ class ToolContext:
             raise RiffluxError(
                 "db_path is disabled on this server (RIFFLUX_ALLOW_DB_PATH=0); search without it"
             )
-        path = resolve_against(self.cwd, db_path)
+        base = self.base
+        path = resolve_against(base, db_path)
         if path == self.settings.db_path:
             return self.search
         allowed = self.allowed_roots
         if not is_within(path, allowed):
+            remedy = tool_remedy(base, [db_path])
             raise PathNotAllowedError(
-                f"db_path {path} is outside the allowed roots ({describe(allowed)}); "
-                "set RIFFLUX_ALLOWED_ROOTS to allow it"
+                "db_path " + outside_roots([db_path], [path], allowed, remedy)
             )
         with self._services_lock:
             service = self._other_services.get(path)
@@ -231,22 +259,33 @@ def resolve_roots(
     paths: Sequence[str] | None,
     *,
     allowed: Sequence[Path] | None = None,
+    against: Path | None = None,
+    remedy: str | None = None,
 ) -> list[Path]:
     """``paths`` if any, else ``path``, else the server's working directory.
 
-    All must exist, lie inside ``allowed`` (default: the server's allowed roots) and
-    be off the deny list (unless RIFFLUX_ALLOW_SECRET_PATHS).
+    Relative paths are read against ``against`` (default: :attr:`ToolContext.base`, the
+    directory result paths are relative to). All must exist, lie inside ``allowed``
+    (default: the server's allowed roots) and be off the deny list (unless
+    RIFFLUX_ALLOW_SECRET_PATHS). ``remedy`` ends the refusal of a path outside the
+    roots (default: :func:`tool_remedy`).
     """
     given = [p for p in paths or () if p.strip()]
     if not given and path is not None and path.strip():
         given = [path]
     if not given:
         given = [str(ctx.cwd)]
-    roots = [resolve_against(ctx.cwd, p) for p in given]
-    check_allowed(roots, ctx.allowed_roots if allowed is None else allowed)
+    base = ctx.base if against is None else against
+    roots = [resolve_against(base, p) for p in given]
+    check_allowed(
+        roots,
+        ctx.allowed_roots if allowed is None else allowed,
+        given=given,
+        remedy=remedy or tool_remedy(base, given),
+    )
     require_roots(roots)
     for text, root in zip(given, roots, strict=True):
-        lexical = os.path.abspath(ctx.cwd / Path(text).expanduser())
+        lexical = os.path.abspath(base / Path(text).expanduser())
         rule = refused_secret(
             [lexical, root], is_dir=root.is_dir(), allow=ctx.settings.allow_secret_paths
         )
@@ -260,7 +299,7 @@ def startup_roots(ctx: ToolContext, paths: Sequence[str | Path], option: str) ->
     ``--watch``, ``--reindex-on-start``, ``RIFFLUX_FILE_WATCHER_PATHS``)."""
     given = [str(p) for p in paths] or [str(ctx.cwd)]
     refuse_without_roots(ctx, [resolve_against(ctx.cwd, p) for p in given], option)
-    return resolve_roots(ctx, None, given)
+    return resolve_roots(ctx, None, given, against=ctx.cwd, remedy=WIDEN_ROOTS)
 
 
 def refuse_without_roots(ctx: ToolContext, roots: Sequence[Path], option: str) -> None:
@@ -272,14 +311,49 @@ def refuse_without_roots(ctx: ToolContext, roots: Sequence[Path], option: str) -
         raise NoAllowedRootsError(f"{option} {' '.join(str(r) for r in roots)}: {refusal}")
 
 
-def check_allowed(paths: Sequence[Path], allowed: Sequence[Path]) -> None:
-    """Raise a one-line error naming every path whose realpath is outside ``allowed``."""
-    outside = [shorten(str(p)) for p in paths if not is_within(p, allowed)]
+WIDEN_ROOTS = "set RIFFLUX_ALLOWED_ROOTS to include it"
+"""The remedy for a path the operator named (``--watch``, ``--reindex-on-start``...):
+the operator sets the roots. A path in a tool call gets :func:`tool_remedy`: the agent
+cannot change the roots, and widening them is rarely what was wrong."""
+
+
+def tool_remedy(base: Path, given: Sequence[str]) -> str:
+    """How a tool call names a path inside the roots: where a relative one is read from."""
+    if all(os.path.isabs(os.path.expanduser(text)) for text in given):
+        return f"pass a path inside them (relative paths are read from {base})"
+    return f"paths are relative to {base}"
+
+
+def check_allowed(
+    paths: Sequence[Path],
+    allowed: Sequence[Path],
+    *,
+    given: Sequence[str] | None = None,
+    remedy: str = WIDEN_ROOTS,
+) -> None:
+    """Raise a one-line error naming every path whose realpath is outside ``allowed``:
+    as ``given`` (the caller's text) and what it resolves to, then ``remedy``."""
+    texts = [str(p) for p in paths] if given is None else list(given)
+    outside = [(t, p) for t, p in zip(texts, paths, strict=True) if not is_within(p, allowed)]
     if outside:
         raise PathNotAllowedError(
-            f"{', '.join(outside)} is outside the allowed roots ({describe(allowed)}); "
-            "set RIFFLUX_ALLOWED_ROOTS to allow it"
+            outside_roots([t for t, _ in outside], [p for _, p in outside], allowed, remedy)
         )
+
+
+def outside_roots(
+    given: Sequence[str], resolved: Sequence[Path], allowed: Sequence[Path], remedy: str
+) -> str:
+    """``'agents' (resolves to /agents) is outside the allowed roots (/notes); <remedy>``:
+    each path as the caller wrote it, and where it led when that is somewhere else."""
+    shown = []
+    for text, path in zip(given, resolved, strict=True):
+        if text == str(path):
+            shown.append(shorten(text))
+        else:
+            shown.append(f"{shorten(repr(text))} (resolves to {shorten(str(path))})")
+    verb = "is" if len(shown) == 1 else "are"
+    return f"{', '.join(shown)} {verb} outside the allowed roots ({describe(allowed)}); {remedy}"
 
 
 def check_indexable_files(ctx: ToolContext, roots: Sequence[Path]) -> None:
@@ -374,7 +448,7 @@ def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) ->
     if not is_within(path, allowed):
         raise PathNotAllowedError(
             f"{stored_path!r} is indexed but lies outside the allowed roots "
-            f"({describe(allowed)}); set RIFFLUX_ALLOWED_ROOTS to serve it"
+            f"({describe(allowed)}): it resolves to {shorten(str(real(path)))}"
         )
     rule = refused_secret([path, real(path)], allow=ctx.settings.allow_secret_paths)
     if rule is not None:

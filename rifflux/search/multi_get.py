@@ -2,7 +2,8 @@
 
 Invariants:
 
-* Each entry of ``paths`` is an indexed file's path exactly as results show it, or a
+* Each entry of ``paths`` is an indexed file's path as results show it (or its absolute
+  path: ``retrieval.find_file``), or a
   glob (it has ``*``, ``?`` or ``[``) matched as ``search_rifflux``'s ``path_glob``
   matches (``globs.compile_glob``: ``**`` crosses folders, ``*`` and ``?`` do not). A
   path that is not indexed is a one-line error; a glob that matches nothing adds nothing.
@@ -29,6 +30,7 @@ from rifflux.errors import InvalidQueryError, NotFoundError, echo
 from rifflux.search.budget import estimate_tokens, fit_in_order
 from rifflux.search.globs import compile_glob
 from rifflux.search.request import MAX_LIST_ITEMS, MAX_PATTERN_CHARS
+from rifflux.search.retrieval import find_file
 from rifflux.store.reader import IndexReader
 
 MAX_FILES = 100
@@ -79,12 +81,13 @@ def expand(reader: IndexReader, entries: Sequence[str]) -> list[Wanted]:
             matcher = compile_glob(entry)
             matches = [Wanted(p, True) for p in stored if matcher.matches(p)]
         else:
-            if reader.file_by_path(entry) is None:
+            row = find_file(reader, entry)
+            if row is None:
                 raise NotFoundError(
-                    f"{echo(entry)} is not an indexed file; pass paths exactly as search results "
+                    f"{echo(entry)} is not an indexed file; pass paths as search results "
                     "show them, or globs such as docs/adr/*.md"
                 )
-            matches = [Wanted(entry, False)]
+            matches = [Wanted(str(row["path"]), False)]
         for match in matches:
             if match.path not in seen:
                 seen.add(match.path)

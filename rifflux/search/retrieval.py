@@ -13,6 +13,9 @@ Invariants:
 * Each call reads in one read transaction, so a chunk and its neighbours, or a file and
   its chunks, come from one state of the index. Nothing here reads the filesystem except
   :func:`absolute_path`'s working-directory fallback, which reads nothing either.
+* A file is named by its stored path, as results show it, or by any other spelling of
+  the same place (:func:`find_file`): its absolute path, or a path relative to the
+  index's base directory such as ``./docs/a.md``; compared lexically, never on disk.
 * ``heading``: a file's section and its subsections (``sections.py``); a merged chunk
   holding more than the section is cut to the section's part, keeping its ``chunk_id``
   and ``chunk_index``. ``max_tokens``: chunks in order while they fit (``budget.py``).
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rifflux.errors import NotFoundError, echo
+from rifflux.index.scan import to_rel_path
 from rifflux.search.budget import fit_in_order
 from rifflux.search.sections import (
     ChunkHeadings,
@@ -111,11 +115,11 @@ def get_file(
     """
     reader = IndexReader(conn)
     with transaction(conn, write=False):
-        file_row = reader.file_by_path(path)
+        file_row = find_file(reader, path)
         if file_row is None:
             raise NotFoundError(
-                f"{echo(path)} is not an indexed file; pass a path exactly as search results "
-                "show it"
+                f"{echo(path)} is not an indexed file; pass a path as search results show it, "
+                "or its absolute path"
             )
         chunks = chunk_details(reader, reader.chunks_of_file(int(file_row["id"])))
     found: dict[str, Any] = {"path": file_row["path"], "sha256": file_row["sha256"]}
@@ -194,6 +198,27 @@ def headings_within(
 ) -> list[dict[str, Any]] | None:
     """The headings that start within a chunk's first ``length`` characters (a cut one)."""
     return None if headings is None else [h for h in headings if h["offset"] < length]
+
+
+def find_file(reader: IndexReader, path: str) -> sqlite3.Row | None:
+    """The file row ``path`` names: a stored path as results show it, else the same place
+    spelled otherwise (absolute, or relative to the index's base directory with ``./``
+    or ``..``), made the stored form lexically (``scan.to_rel_path``) and looked up."""
+    row = reader.file_by_path(path)
+    if row is not None:
+        return row
+    base = reader.metadata("base_dir")
+    if not base:
+        return None
+    stored = stored_form(path, base)
+    return None if stored == path else reader.file_by_path(stored)
+
+
+def stored_form(path: str, base: str) -> str:
+    """``path`` as the index stores it: read against ``base`` when relative, normalised,
+    then relative to ``base`` when under it (else absolute). Lexical: reads no file."""
+    absolute = os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+    return to_rel_path(absolute, Path(base))
 
 
 def absolute_path(stored_path: str, base_dir: Callable[[], str | None]) -> Path:

@@ -273,6 +273,11 @@ class SearchService:
         return retrieval.get_file(self.connection(), path, heading=heading, budget=budget)
 
     @_reports_damage
+    def base_dir(self) -> str | None:
+        """The directory the index's stored paths are relative to (None: none recorded)."""
+        return retrieval.stored_base_dir(self.connection())
+
+    @_reports_damage
     def absolute_path(self, stored_path: str) -> Path:
         """Where an indexed file lives: its stored path against the index's base_dir."""
         return retrieval.absolute_path(

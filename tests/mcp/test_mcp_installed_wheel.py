@@ -122,9 +122,10 @@ def snippet(installed: Path, workdir: Path) -> dict[str, Any]:
 def test_mcp_config_names_this_installation_and_absolute_paths(
     snippet: dict[str, Any], installed: Path, workdir: Path
 ) -> None:
-    assert snippet["command"] == str(installed / "bin" / "python")
+    # Not on this test's PATH: the installed entry point by its absolute path.
+    assert snippet["command"] == str(installed / "bin" / "rifflux")
     db = str(workdir / ".rifflux" / "index.db")
-    assert snippet["args"] == ["-m", "rifflux.cli", "serve", "--db", db]
+    assert snippet["args"] == ["serve", "--db", db]
     assert snippet["env"] == {
         "RIFFLUX_DB_PATH": db,
         "RIFFLUX_BASE_DIR": str(workdir),

@@ -128,8 +128,7 @@ async def test_the_roots_a_host_declares_still_replace_the_missing_default(
 @pytest.mark.anyio
 async def test_a_server_in_the_filesystem_root_refuses_reindex_of_etc(home: IndexedTree) -> None:
     at_root = IndexedTree(root=Path("/"), db_path=home.db_path)
-    env = {"HOME": str(home.root), "RIFFLUX_BASE_DIR": str(home.root)}
-    async with stdio_session(at_root, **env) as s:
+    async with stdio_session(at_root, HOME=str(home.root)) as s:
         for path in ("/etc", "/etc/hostname", "etc"):
             message = await refused(s, "reindex", path=path)
             assert message == no_roots(Path("/"), "the filesystem root"), path
@@ -197,16 +196,20 @@ async def test_db_path_is_confined_to_the_allowed_roots_by_realpath(
     notes, private_db = finding3
     root, private_db = notes.root.resolve(), private_db.resolve()
     async with stdio_session(notes, RIFFLUX_ALLOWED_ROOTS=str(root)) as s:
+        message = await refused(s, "search_rifflux", query="bank PIN", db_path=str(private_db))
+        assert message == (
+            f"db_path {private_db} is outside the allowed roots ({root}); "
+            f"pass a path inside them (relative paths are read from {root})"
+        )
         for db_path in (
-            str(private_db),
             "../private/.rifflux/index.db",
             "linked.db",
             "private-dir/.rifflux/index.db",
         ):
             message = await refused(s, "search_rifflux", query="bank PIN", db_path=db_path)
             assert message == (
-                f"db_path {private_db} is outside the allowed roots ({root}); "
-                "set RIFFLUX_ALLOWED_ROOTS to allow it"
+                f"db_path {db_path!r} (resolves to {private_db}) is outside the allowed roots "
+                f"({root}); paths are relative to {root}"
             ), db_path
         inside = str(root / "archive" / ".rifflux" / "index.db")
         found = await ok(s, "search_rifflux", query="lighthouse logbook", db_path=inside)

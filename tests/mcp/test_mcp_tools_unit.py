@@ -96,6 +96,26 @@ def test_reindex_roots_paths_win_then_path_then_cwd(tool_context: ToolContext) -
     assert tools.resolve_roots(tool_context, "docs", []) == [root / "docs"]
 
 
+def test_without_base_dir_relative_paths_are_read_against_the_recorded_base(
+    tree: IndexedTree, tmp_path: Path
+) -> None:
+    """A server started elsewhere (a host's ``/``) still reads ``docs`` as results show it:
+    against the base directory the index recorded, not its own working directory."""
+    elsewhere = tmp_path / "host-cwd"
+    elsewhere.mkdir()
+    settings = tree.settings(RIFFLUX_BASE_DIR="", RIFFLUX_ALLOWED_ROOTS=str(tree.root))
+    ctx = ToolContext.from_settings(settings, cwd=elsewhere)
+    try:
+        assert ctx.base == tree.root
+        assert tools.resolve_roots(ctx, "docs", None) == [tree.root / "docs"]
+        assert ctx.service_for(".rifflux/index.db") is ctx.search
+        # With no path, the server's own working directory, as the contract says.
+        with pytest.raises(RiffluxError, match=f"^{elsewhere} is outside the allowed roots"):
+            tools.resolve_roots(ctx, None, None)
+    finally:
+        ctx.close()
+
+
 def test_reindex_of_a_missing_path_names_it(tool_context: ToolContext) -> None:
     with pytest.raises(RootNotFoundError, match="does-not-exist"):
         tools.reindex(tool_context, paths=["docs", "does-not-exist"])

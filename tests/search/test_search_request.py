@@ -134,9 +134,23 @@ def test_in_process_search_may_rank_deeper_than_a_request(service: SearchService
 def test_unknown_chunk_ids_and_non_indexed_paths_are_not_found(service: SearchService) -> None:
     with pytest.raises(NotFoundError, match=r"^no chunk with id 'feed' in the index$"):
         service.get_chunk("feed")
-    for path in ("../etc/passwd", "/etc/passwd", "docs/../docs/guide.md", "docs", "nothing.md"):
+    for path in ("../etc/passwd", "/etc/passwd", "docs/../nothing.md", "docs", "nothing.md"):
         with pytest.raises(NotFoundError) as caught:
             service.get_file(path)
         assert str(caught.value) == (
-            f"{path!r} is not an indexed file; pass a path exactly as search results show it"
+            f"{path!r} is not an indexed file; pass a path as search results show it, "
+            "or its absolute path"
         )
+
+
+def test_an_indexed_file_is_found_by_its_absolute_path_and_other_spellings(
+    service: SearchService, tmp_path: Path
+) -> None:
+    """Agents in IDE hosts hold absolute paths; results show paths relative to the base."""
+    for spelling in (
+        str(tmp_path / "docs" / "guide.md"),
+        "./docs/guide.md",
+        "docs/../docs/guide.md",
+        f"{tmp_path}/docs/./guide.md",
+    ):
+        assert service.get_file(spelling)["path"] == "docs/guide.md", spelling
