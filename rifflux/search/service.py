@@ -57,7 +57,7 @@ from rifflux.search.request import (
     check_top_k,
 )
 from rifflux.search.snapshot import IndexSnapshot, QueryEmbedder, stored_model
-from rifflux.store.connection import database_failure, open_index_readonly
+from rifflux.store.connection import LocklessReader, database_failure, open_index_readonly
 from rifflux.store.fts import ClauseCounts
 from rifflux.store.reader import IndexReader
 from rifflux.vectors.cache import VectorCache
@@ -130,8 +130,16 @@ class SearchService:
 
     @_reports_damage
     def connection(self) -> sqlite3.Connection:
-        """This thread's read-only connection (SQLite connections are per thread)."""
+        """This thread's read-only connection (SQLite connections are per thread).
+
+        One opened while the disk was full (a LocklessReader) is replaced once it is
+        outdated; it is not closed here, as a caller up this thread's stack may still be
+        reading it (it closes when the last reference goes)."""
         conn = getattr(self._local, "conn", None)
+        if isinstance(conn, LocklessReader) and conn.outdated():
+            with self._connections_lock:
+                self._connections.remove(conn)
+            conn = None
         if conn is None:
             conn = open_index_readonly(self.settings.db_path)
             self._local.conn = conn
