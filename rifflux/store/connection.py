@@ -29,7 +29,7 @@ A WAL-mode reader also needs room on the disk: it creates and extends ``index.db
 (``SQLITE_IOERR_SHMSIZE``, and :func:`rifflux.store.faults.free_bytes` below
 ``FULL_BYTES``), :func:`open_index_readonly` reads without the ``-shm`` instead, a
 :class:`LocklessReader`: the database file alone as an immutable file when the ``-wal``
-is empty or absent, else the WAL through a private wal-index (exclusive locking mode of
+holds no frame, else the WAL through a private wal-index (exclusive locking mode of
 the ``unix-none`` VFS, which takes no lock). Both are read-only and create, change and
 delete nothing. It is safe because no other connection can be open in WAL mode then:
 every one needs that ``-shm``, and one that had it would have sized it. It answers for
@@ -535,15 +535,40 @@ def _no_room(db_path: Path, exc: BaseException) -> bool:
     return faults.fault_kind(exc) in (faults.IO, faults.FULL) and _disk_full(db_path)
 
 
+# The WAL file's layout (https://sqlite.org/fileformat2.html#walformat): a 32-byte
+# header (page size at 8, salts at 16), then frames of a 24-byte header (the same salts
+# at 8) and one page.
+_WAL_HEADER_BYTES = 32
+_WAL_FRAME_HEADER_BYTES = 24
+
+
+def _wal_has_frames(db_path: Path) -> bool:
+    """True when the index's ``-wal`` holds at least one whole frame of its current
+    header (its salts): frames a reader must see. False for a missing or empty WAL, a
+    header alone, or frames left from before the WAL was last restarted."""
+    wal = Path(f"{db_path}-wal")
+    head = peek(wal, _WAL_HEADER_BYTES + _WAL_FRAME_HEADER_BYTES)
+    if head is None or len(head) < _WAL_HEADER_BYTES + _WAL_FRAME_HEADER_BYTES:
+        return False
+    page_size = int.from_bytes(head[8:12], "big")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return False
+    frame = _WAL_HEADER_BYTES
+    whole = size >= frame + _WAL_FRAME_HEADER_BYTES + page_size
+    return whole and head[16:24] == head[frame + 8 : frame + 16]
+
+
 def _open_lockless(db_path: Path, cause: sqlite3.DatabaseError) -> LocklessReader:
     """A :class:`LocklessReader` of the index at ``db_path``, or DiskFullError."""
     files = _files_key(db_path)
-    wal = files[1]
     uri = f"file:{quote(str(db_path.absolute()))}?mode=ro"
-    # An empty WAL holds nothing: every committed page is in the database file, which
-    # nothing can change while no connection can open the index. Else the WAL's frames
-    # are read into a private wal-index (exclusive mode), under a VFS without locks.
-    uri += "&vfs=unix-none" if wal is not None and wal[1] > 0 else "&immutable=1"
+    # A WAL without frames holds nothing: every committed page is in the database file,
+    # which nothing can change while no connection can open the index. Else the WAL's
+    # frames are read into a private wal-index (exclusive mode) under a VFS without
+    # locks. (That one would delete a WAL without a valid frame when it closes.)
+    uri += "&vfs=unix-none" if _wal_has_frames(db_path) else "&immutable=1"
     conn: LocklessReader | None = None
     try:
         conn = sqlite3.connect(

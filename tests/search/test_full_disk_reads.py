@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,16 @@ def answer(settings: Settings, request: SearchRequest) -> dict[str, object]:
         service.close()
 
 
+def wal_header(db: Path) -> bytes:
+    """The 32-byte header of a real WAL (of another database)."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(x)")
+    header = Path(f"{db}-wal").read_bytes()[:32]
+    conn.close()
+    return header
+
+
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -62,6 +73,9 @@ def test_searches_answer_on_a_full_disk_and_a_normal_connection_returns_with_spa
         request = SearchRequest("walrus ice")
         reference = answer(settings, request)
         Path(f"{db}-shm").write_bytes(b"\0\0\0")  # As the sweep found it: 3 bytes.
+        # A WAL of a header and no frame (a writer stopped right after restarting it).
+        header = wal_header(tmp_path / "other.db")
+        Path(f"{db}-wal").write_bytes(header)
         before = digest(db)
         filler = fill_disk(disk / "filler")
 
@@ -69,7 +83,10 @@ def test_searches_answer_on_a_full_disk_and_a_normal_connection_returns_with_spa
         assert service.search_response(request) == reference
         assert isinstance(service.connection(), LocklessReader)
         assert index_counts(service)["files"] == len(DOCS)
-        assert digest(db) == before
+        once = SearchService(settings)
+        assert once.search_response(request) == reference
+        once.close()
+        assert digest(db) == before and Path(f"{db}-wal").read_bytes() == header
 
         filler.unlink()
         assert service.search_response(request) == reference
