@@ -167,8 +167,12 @@ class Settings:
     # each fusion's own default (minmax 0.6, the Context Harness spec's; maxnorm 0.5).
     # Before issue 12 this setting was maxnorm's lexical share: old x means 1 − x now.
     fusion_alpha: float | None = None
-    # Query cache (rifflux.search.query_cache): entries (0 turns it off) and lifetime.
+    # Query cache (rifflux.search.query_cache), per process: entries (0 turns it off),
+    # MiB of stored responses, and lifetime. 32 MiB keeps an HTTP worker (~55 MiB with
+    # the hash embedder, ~160 MiB with ONNX) under 300 MB with the cache full; it holds
+    # ~250 top_k 100 responses, or 1,000 of top_k 10 (benchmarks/query_cache_memory.py).
     query_cache_size: int = 1000
+    query_cache_max_mb: int = 32
     query_cache_ttl_seconds: float = 300.0
     # Semantic search over the vector cache: "exact" scans every row; "hnsw" gives every
     # segment an HNSW graph whose candidates are rescored exactly; "auto" gives one to
@@ -290,6 +294,7 @@ class Settings:
         read("VECTOR_INDEX", "vector_index", _parse_vector_index)
         read("HNSW_EF", "hnsw_ef", _positive_int)
         read("QUERY_CACHE_SIZE", "query_cache_size", _non_negative_int)
+        read("QUERY_CACHE_MAX_MB", "query_cache_max_mb", _non_negative_int)
         read("QUERY_CACHE_TTL_SECONDS", "query_cache_ttl_seconds", _positive_float)
         read("BROKER_URL", "broker_url", str.strip)
         read("BATCH_TARGET_BYTES", "batch_target_bytes", _positive_int)

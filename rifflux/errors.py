@@ -75,6 +75,11 @@ class SearchTimeoutError(RiffluxError):
     """A search ran past ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` and was stopped."""
 
 
+class DiskFullError(RiffluxError):
+    """A read failed because the disk holding the index is full (SQLite could not
+    create its ``-shm`` file there)."""
+
+
 class IndexFolderNotWritableError(RiffluxError):
     """SQLite cannot create the index's ``-wal``/``-shm`` files: its folder is read-only."""
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rifflux.config import Settings
 from rifflux.store.connection import open_index
@@ -134,3 +139,39 @@ def files_not_found_lexically(service: Any, corpus: Path, prefix: str) -> list[s
         if stored not in {h["path"] for h in hits}:
             missing.append(stored)
     return missing
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, size: str = "1m") -> Iterator[Path]:
+    """``folder`` (created) as a tmpfs of ``size``, unmounted on exit; skips the test where
+    mounting is refused (it needs root)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def fill_disk(path: Path) -> Path:
+    """Write ``path`` until its filesystem has no byte left (ENOSPC); the file, which
+    frees the space again when deleted."""
+    chunk = b"\0" * 65536
+    with path.open("wb", buffering=0) as out:
+        while True:
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    return path
+                chunk = chunk[: len(chunk) // 2]

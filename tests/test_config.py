@@ -1,4 +1,5 @@
-"""Settings from RIFFLUX_* variables: the chunk-size bounds and how they interact, the log cap."""
+"""Settings from RIFFLUX_* variables: the chunk-size bounds and how they interact, the log
+cap, the query cache's byte bound."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from rifflux.config import Settings
 from rifflux.errors import ConfigError
 from rifflux.index.chunker import chunk_markdown
+from rifflux.search.service import SearchService
 
 
 def test_a_maximum_below_the_default_minimum_lowers_the_minimum_with_it() -> None:
@@ -42,3 +44,13 @@ def test_the_worker_log_cap_is_read_and_must_be_positive() -> None:
     assert Settings.from_env({"RIFFLUX_LOG_MAX_BYTES": "4096"}).log_max_bytes == 4096
     with pytest.raises(ConfigError, match="RIFFLUX_LOG_MAX_BYTES='0' is invalid"):
         Settings.from_env({"RIFFLUX_LOG_MAX_BYTES": "0"})
+
+
+def test_the_query_cache_byte_bound_is_read_in_mib_and_zero_turns_the_cache_off() -> None:
+    assert Settings().query_cache_max_mb == 32
+    settings = Settings.from_env({"RIFFLUX_QUERY_CACHE_MAX_MB": "0"})
+    assert not SearchService(settings).query_cache.enabled
+    settings = Settings.from_env({"RIFFLUX_QUERY_CACHE_MAX_MB": "3"})
+    assert SearchService(settings).query_cache.max_bytes == 3 * 2**20
+    with pytest.raises(ConfigError, match="RIFFLUX_QUERY_CACHE_MAX_MB='-1' is invalid"):
+        Settings.from_env({"RIFFLUX_QUERY_CACHE_MAX_MB": "-1"})

@@ -168,7 +168,8 @@ class ToolContext:
         return ctx
 
     def service_for(self, db_path: str | None) -> SearchService:
-        """The server's own SearchService, or a cached one for another index database.
+        """The server's own SearchService, or a cached one for another index database
+        (sharing the server's query cache, so its bounds are the process's).
 
         Another index is opened read-only and, as every search, never publishes its vector
         cache: a ``db_path`` search writes nothing, there or beside it.
@@ -193,7 +194,10 @@ class ToolContext:
             service = self._other_services.get(path)
             if service is not None:
                 return service
-            service = SearchService(self.settings.with_overrides(db_path=path))
+            service = SearchService(
+                self.settings.with_overrides(db_path=path),
+                query_cache=self.search.query_cache,
+            )
             try:
                 service.connection()  # A missing, foreign or damaged file fails here.
             except BaseException:

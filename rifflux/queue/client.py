@@ -35,7 +35,7 @@ from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
 from rifflux.queue.presence import PresenceStore, presence_store_for
 from rifflux.store import faults, jobs
-from rifflux.store.connection import open_index
+from rifflux.store.connection import open_index, open_index_readonly
 
 log = structlog.get_logger(__name__)
 
@@ -421,8 +421,9 @@ class IndexQueue:
 
     def status(self, *, recent: int = 10) -> dict[str, Any]:
         """Broker, live workers, queue depths and recent jobs; an unfinished job that is
-        stalled says so (``stalled``, ``stalled_reason``)."""
-        conn = open_index(self.db_path)
+        stalled says so (``stalled``, ``stalled_reason``). Reads the job records
+        read-only, so a status also answers on a full disk."""
+        conn = open_index_readonly(self.db_path)
         try:
             records = jobs.recent_jobs(conn, recent)
         finally:

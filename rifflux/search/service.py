@@ -57,7 +57,7 @@ from rifflux.search.request import (
     check_top_k,
 )
 from rifflux.search.snapshot import IndexSnapshot, QueryEmbedder, stored_model
-from rifflux.store.connection import database_failure, open_index_readonly
+from rifflux.store.connection import LocklessReader, database_failure, open_index_readonly
 from rifflux.store.fts import ClauseCounts
 from rifflux.store.reader import IndexReader
 from rifflux.vectors.cache import VectorCache
@@ -96,8 +96,11 @@ class SearchService:
         embedder: Embedder | None = None,
         vector_cache: VectorCache | None = None,
         lexical: LexicalOptions = DEFAULT_OPTIONS,
+        query_cache: QueryCache | None = None,
     ) -> None:
-        """``lexical``: bm25() weights and query stop words (experiments vary them)."""
+        """``lexical``: bm25() weights and query stop words (experiments vary them);
+        ``query_cache``: one shared with the process's other services (its own if None),
+        so the cache's bounds hold per process."""
         self.settings = settings
         self.lexical = lexical
         self._embedder = QueryEmbedder(settings, embedder)
@@ -107,9 +110,19 @@ class SearchService:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        self._query_cache = QueryCache(settings.query_cache_size, settings.query_cache_ttl_seconds)
+        if query_cache is None:
+            query_cache = QueryCache(
+                settings.query_cache_size,
+                settings.query_cache_ttl_seconds,
+                max_bytes=settings.query_cache_max_mb * 2**20,
+            )
+        self._query_cache = query_cache
 
     # -- resources -------------------------------------------------------------------
+
+    @property
+    def query_cache(self) -> QueryCache:
+        return self._query_cache
 
     @property
     def db_path(self) -> Path:
@@ -117,8 +130,16 @@ class SearchService:
 
     @_reports_damage
     def connection(self) -> sqlite3.Connection:
-        """This thread's read-only connection (SQLite connections are per thread)."""
+        """This thread's read-only connection (SQLite connections are per thread).
+
+        One opened while the disk was full (a LocklessReader) is replaced once it is
+        outdated; it is not closed here, as a caller up this thread's stack may still be
+        reading it (it closes when the last reference goes)."""
         conn = getattr(self._local, "conn", None)
+        if isinstance(conn, LocklessReader) and conn.outdated():
+            with self._connections_lock:
+                self._connections.remove(conn)
+            conn = None
         if conn is None:
             conn = open_index_readonly(self.settings.db_path)
             self._local.conn = conn
@@ -214,7 +235,7 @@ class SearchService:
         self, snapshot: IndexSnapshot, request: SearchRequest, deadline: Deadline
     ) -> dict[str, Any]:
         state = self._index_state(snapshot.conn) if self._query_cache.enabled else None
-        cached = self._query_cache.get(request, state)
+        cached = self._query_cache.get(request, state, scope=self.db_path)
         if cached is not None:
             return cached
         results, warning = ranking.rank(snapshot, request, request.top_k, deadline)
@@ -230,7 +251,7 @@ class SearchService:
         if request.max_tokens is not None:
             response = budget_response(response, request.query, request.max_tokens, deadline.check)
         if warning is None:
-            self._query_cache.put(request, state, response)
+            self._query_cache.put(request, state, response, scope=self.db_path)
         return response
 
     def _index_state(self, conn: sqlite3.Connection) -> Hashable:

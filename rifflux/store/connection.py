@@ -23,6 +23,19 @@ to rebuild (:func:`database_failure`). SQLite's "unable to open database file" a
 "attempt to write a readonly database" in a folder that is not writable become
 :class:`~rifflux.errors.IndexFolderNotWritableError`, naming the ``-wal``/``-shm`` files
 SQLite must create there, even to read an index in WAL mode.
+
+A WAL-mode reader also needs room on the disk: it creates and extends ``index.db-shm``
+(the shared wal-index) when no other connection has. When that fails on a full disk
+(``SQLITE_IOERR_SHMSIZE``, and :func:`rifflux.store.faults.free_bytes` below
+``FULL_BYTES``), :func:`open_index_readonly` reads without the ``-shm`` instead, a
+:class:`LocklessReader`: the database file alone as an immutable file when the ``-wal``
+holds no frame, else the WAL through a private wal-index (exclusive locking mode of
+the ``unix-none`` VFS, which takes no lock). Both are read-only and create, change and
+delete nothing. It is safe because no other connection can be open in WAL mode then:
+every one needs that ``-shm``, and one that had it would have sized it. It answers for
+the files as they were when it opened, so its owner replaces it (:meth:`LocklessReader
+.outdated`) once the disk has room or the files change. Where even that fails, the
+error says the disk is full (:class:`~rifflux.errors.DiskFullError`).
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from urllib.parse import quote
 import structlog
 
 from rifflux.errors import (
+    DiskFullError,
     IndexDamagedError,
     IndexFolderNotWritableError,
     IndexMissingError,
@@ -49,7 +63,7 @@ from rifflux.errors import (
     RiffluxError,
     SchemaVersionError,
 )
-from rifflux.store import cjk, paths
+from rifflux.store import cjk, faults, paths
 from rifflux.store.peek import peek
 from rifflux.store.schema import (
     ADDED_COLUMNS,
@@ -121,11 +135,16 @@ def is_foreign_file(db_path: Path | str) -> bool:
 
 def database_failure(db_path: Path | str | None, exc: BaseException) -> RiffluxError | None:
     """The one-line error for an SQLite error about the index at ``db_path``, or None
-    when it is none of: a foreign file, a damaged index, a folder SQLite cannot write."""
+    when it is none of: a foreign file, a damaged index, a folder SQLite cannot write, a
+    full disk."""
     if db_path is not None:
         unwritable = folder_not_writable(db_path, exc)
         if unwritable is not None:
             return unwritable
+        # The file whose operation failed (the SQLite queue beside the index, say).
+        failed = Path(faults.tagged_database(exc) or db_path)
+        if _no_room(failed, exc):
+            return disk_full_error(failed, exc)
     if not is_damage_error(exc):
         return None
     if db_path is not None and is_foreign_file(db_path):
@@ -454,19 +473,130 @@ def open_index_readonly(path: Path | str) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         raise _read_failure(db_path, exc) from exc
     try:
-        version = _stored_version(conn)
-        if version is None:
-            raise NotAnIndexError(
-                f"{db_path} is not a Rifflux index; create one with `rifflux index DIR`"
-            )
-        _check_version(db_path, version)
+        _check_is_index(conn, db_path)
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if _no_room(db_path, exc):
+            return _open_lockless(db_path, exc)
         raise _read_failure(db_path, exc) from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _check_is_index(conn: sqlite3.Connection, db_path: Path) -> None:
+    """Raise unless ``conn`` reads a Rifflux index of this schema version (the first
+    read, so the one that needs the ``-shm``)."""
+    version = _stored_version(conn)
+    if version is None:
+        raise NotAnIndexError(
+            f"{db_path} is not a Rifflux index; create one with `rifflux index DIR`"
+        )
+    _check_version(db_path, version)
+
+
+class LocklessReader(sqlite3.Connection):
+    """A read-only connection that takes no lock and maps no ``-shm``: how
+    :func:`open_index_readonly` reads an index whose disk is full (see the module's
+    docstring). Valid for the files as they were when it opened."""
+
+    db_path: Path
+    files: tuple[tuple[int, int, int] | None, ...]
+
+    def outdated(self) -> bool:
+        """True once the disk has room again (a normal connection opens now) or the
+        database or its WAL changed (this one's view may be stale)."""
+        return not _disk_full(self.db_path) or _files_key(self.db_path) != self.files
+
+
+def _files_key(db_path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """(inode, size, mtime) of the database and its WAL; None for a missing file."""
+    keys: list[tuple[int, int, int] | None] = []
+    for path in (db_path, Path(f"{db_path}-wal")):
+        try:
+            st = path.stat()
+        except OSError:
+            keys.append(None)
+            continue
+        keys.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(keys)
+
+
+def _disk_full(db_path: Path) -> bool:
+    free = faults.free_bytes(db_path)
+    return free is not None and free < faults.FULL_BYTES
+
+
+def _no_room(db_path: Path, exc: BaseException) -> bool:
+    """True when ``exc`` failed for want of space on the disk holding ``db_path``: an
+    I/O error (SQLite could not create or extend a ``-shm``) or "database or disk is
+    full" (any other write), while less than ``faults.FULL_BYTES`` is free there."""
+    return faults.fault_kind(exc) in (faults.IO, faults.FULL) and _disk_full(db_path)
+
+
+# The WAL file's layout (https://sqlite.org/fileformat2.html#walformat): a 32-byte
+# header (page size at 8, salts at 16), then frames of a 24-byte header (the same salts
+# at 8) and one page.
+_WAL_HEADER_BYTES = 32
+_WAL_FRAME_HEADER_BYTES = 24
+
+
+def _wal_has_frames(db_path: Path) -> bool:
+    """True when the index's ``-wal`` holds at least one whole frame of its current
+    header (its salts): frames a reader must see. False for a missing or empty WAL, a
+    header alone, or frames left from before the WAL was last restarted."""
+    wal = Path(f"{db_path}-wal")
+    head = peek(wal, _WAL_HEADER_BYTES + _WAL_FRAME_HEADER_BYTES)
+    if head is None or len(head) < _WAL_HEADER_BYTES + _WAL_FRAME_HEADER_BYTES:
+        return False
+    page_size = int.from_bytes(head[8:12], "big")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return False
+    frame = _WAL_HEADER_BYTES
+    whole = size >= frame + _WAL_FRAME_HEADER_BYTES + page_size
+    return whole and head[16:24] == head[frame + 8 : frame + 16]
+
+
+def _open_lockless(db_path: Path, cause: sqlite3.DatabaseError) -> LocklessReader:
+    """A :class:`LocklessReader` of the index at ``db_path``, or DiskFullError."""
+    files = _files_key(db_path)
+    uri = f"file:{quote(str(db_path.absolute()))}?mode=ro"
+    # A WAL without frames holds nothing: every committed page is in the database file,
+    # which nothing can change while no connection can open the index. Else the WAL's
+    # frames are read into a private wal-index (exclusive mode) under a VFS without
+    # locks. (That one would delete a WAL without a valid frame when it closes.)
+    uri += "&vfs=unix-none" if _wal_has_frames(db_path) else "&immutable=1"
+    conn: LocklessReader | None = None
+    try:
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, factory=LocklessReader
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        _check_is_index(conn, db_path)
+    except sqlite3.DatabaseError as exc:
+        if conn is not None:
+            conn.close()
+        raise disk_full_error(db_path, cause) from exc
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    conn.db_path = db_path
+    conn.files = files
+    log.warning("index.read_without_shm", db=str(db_path), reason="disk full")
+    return conn
+
+
+def disk_full_error(db_path: Path | str, exc: BaseException) -> DiskFullError:
+    """The one line for an operation on ``db_path`` that failed because its disk is full
+    (SQLite needs room there for the ``-shm`` and ``-wal`` files even to read)."""
+    return DiskFullError(
+        f"no space left on the device holding {db_path} ({exc}); free space and retry"
+    )
 
 
 def _read_failure(db_path: Path, exc: sqlite3.DatabaseError) -> Exception:

@@ -68,6 +68,22 @@ def test_db_path_searches_another_index_and_reuses_its_service(
     assert tool_context.service_for(other) is not tool_context.search
 
 
+def test_db_path_services_share_the_servers_query_cache(
+    tool_context: ToolContext, shared_tree: IndexedTree
+) -> None:
+    """One cache per process, so its byte bound is the process's however many indexes
+    the server opens for db_path searches."""
+    other = str(shared_tree.db_path)
+    allowed = (str(tool_context.cwd), str(shared_tree.root))
+    tool_context.settings = tool_context.settings.with_overrides(allowed_roots=allowed)
+    cache = tool_context.search.query_cache
+    for _ in range(2):
+        tools.search_rifflux(tool_context, "fusion", mode="lexical", db_path=other)
+        tools.search_rifflux(tool_context, "fusion", mode="lexical")
+    assert tool_context.service_for(other).query_cache is cache
+    assert (cache.hits, len(cache)) == (2, 2)
+
+
 def test_db_path_of_the_servers_own_index_is_the_main_service(tool_context: ToolContext) -> None:
     assert tool_context.service_for(".rifflux/index.db") is tool_context.search
     assert tool_context.service_for(None) is tool_context.search

@@ -19,6 +19,7 @@ from rifflux_testing import (
     copy_corpus,
     index_rows,
     make_settings,
+    mounted_tmpfs,
     queue_settings,
     reference_rows,
     wait_until,
@@ -119,21 +120,8 @@ def test_a_file_size_limit_fails_rifflux_index_in_one_line_and_loses_nothing(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """The index folder on a 1 MB tmpfs (root only; skipped where mounting is refused)."""
-    folder = tmp_path / "index"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "index") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def test_a_full_disk_fails_rifflux_index_in_one_line_and_loses_nothing(
