@@ -31,6 +31,7 @@ from rifflux.search import knowledge
 from rifflux.search.multi_get import check_paths, expand, read_files
 from rifflux.search.request import (
     MAX_LIST_ITEMS,
+    MAX_QUERY_CHARS,
     MAX_TOP_K,
     as_integer,
     check_max_tokens,
@@ -107,7 +108,14 @@ _MAX_TOKENS = Annotated[
         "each result then has tokens and truncated, the response a budget."
     ),
 ]
-_QUERY = Annotated[str, Field(description="What to look for: words, a question, an error line.")]
+_QUERY = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "maxLength": MAX_QUERY_CHARS}),
+    Field(
+        description="What to look for: words, a question, an error line "
+        f"(at most {MAX_QUERY_CHARS} characters)."
+    ),
+]
 
 
 def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: ClientRoots) -> None:
