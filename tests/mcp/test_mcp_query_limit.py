@@ -8,9 +8,10 @@ the server keeps answering.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from http_support import HttpServer, http_session, start_http_server
 from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
@@ -39,6 +40,11 @@ async def session(shared_tree: IndexedTree) -> AsyncIterator[ClientSession]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def http_server(shared_tree: IndexedTree) -> Iterator[HttpServer]:
+    yield from start_http_server(shared_tree)
+
+
 @pytest.mark.parametrize("tool", ["search_rifflux", "search_decisions", "search_errors"])
 async def test_a_900_kb_query_is_one_line_naming_the_limit(
     session: ClientSession, tool: str
@@ -47,6 +53,19 @@ async def test_a_900_kb_query_is_one_line_naming_the_limit(
     assert await call_error(session, tool, timeout=CALL_TIMEOUT_S, query=HUGE) == REFUSAL
     found = await call_ok(session, "search_rifflux", timeout=CALL_TIMEOUT_S, query="basil")
     assert found["results"][0]["path"] == "notes/gardening.txt"
+
+
+async def test_over_http_the_answer_is_the_line_not_a_dropped_event(
+    http_server: HttpServer,
+) -> None:
+    """Over streamable HTTP the client dropped the 1.8 MB answer ("Server-sent event
+    exceeded the 1048576 byte limit"); the 900 KB request itself fits the 1 MiB body."""
+    async with http_session(http_server.url) as client:
+        assert await call_error(client, "search_rifflux", timeout=CALL_TIMEOUT_S, query=HUGE) == (
+            REFUSAL
+        )
+        found = await call_ok(client, "search_rifflux", timeout=CALL_TIMEOUT_S, query="basil")
+        assert found["results"][0]["path"] == "notes/gardening.txt"
 
 
 async def test_a_query_at_the_limit_is_searched(session: ClientSession) -> None:
