@@ -97,7 +97,7 @@ def multi_get(
         for wanted in expand(reader, entries):
             if not wanted.by_glob:
                 check_served(ctx, wanted.path, served)
-            elif served.refusal(wanted.path, ctx.search.absolute_path(wanted.path)):
+            elif served.refusal(wanted.path, ctx.search.absolute_path(wanted.path)) is not None:
                 continue
             returned.append(wanted.path)
         return read_files(reader, returned, budget)
