@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -19,7 +20,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
@@ -150,6 +151,23 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but tab (C0, DEL, C1) shown escaped: ``\\n``,
+    ``\\r``, ``\\x1b``. File names and file text reach human output through this, so a
+    corpus cannot retitle or clear the terminal, write its clipboard (OSC 52) or split a
+    line; ``--json`` output stays exact (JSON escapes C0 itself)."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def _say(text: str, file: TextIO | None = None) -> None:
+    """Print one line of human output, :func:`printable`."""
+    print(printable(text), file=file)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.repair:
@@ -168,7 +186,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         if args.no_wait:
             job_id = reindexer.submit(roots, force=args.force, prune_missing=not args.no_prune)
             if not reindexer.queue.index_host_workers():
-                print(
+                _say(
                     "rifflux: no worker is alive; start one with `rifflux worker`", file=sys.stderr
                 )
             print(json.dumps({"job_id": job_id}) if args.json else job_id)
@@ -208,7 +226,7 @@ def _index_in_process(settings: Settings, roots: list[Path], args: argparse.Name
 def _print_report(report: IndexReport) -> None:
     """The one rendering of an index run, in-process or queued."""
     for line in report.lines():
-        print(line)
+        _say(line)
 
 
 def _repair(settings: Settings, args: argparse.Namespace) -> int:
@@ -241,7 +259,7 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report)
     else:
-        print(
+        _say(
             f"vector cache republished at generation {manifest.generation}: "
             f"{manifest.rows} rows in {len(manifest.segments)} segment(s); database ok"
         )
@@ -341,7 +359,7 @@ def format_results(response: dict[str, Any]) -> str:
             f"budget: {budget['used_tokens']} of {budget['max_tokens']} tokens, "
             f"{budget['dropped']} results dropped"
         )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -354,7 +372,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         _print_json(response)
     else:
         if "warning" in response:
-            print(f"rifflux: warning: {response['warning']}", file=sys.stderr)
+            _say(f"rifflux: warning: {response['warning']}", file=sys.stderr)
         print(format_results(response))
     return 0
 
@@ -435,56 +453,56 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
         cache_line = f"ok ({cache['state']})" if cache["ok"] else "CORRUPT"
         if cache["state"] is None:
             cache_line = "not checked"
-        print(f"{'check database':>16}: {db_line} (PRAGMA quick_check)")
-        print(f"{'check vectors':>16}: {cache_line}")
+        _say(f"{'check database':>16}: {db_line} (PRAGMA quick_check)")
+        _say(f"{'check vectors':>16}: {cache_line}")
     for problem in problems:
-        print(f"rifflux: check failed: {problem}", file=sys.stderr)
+        _say(f"rifflux: check failed: {problem}", file=sys.stderr)
     return 0 if check["ok"] else EXIT_ERROR
 
 
 def _print_status(status: dict[str, Any]) -> None:
     """``rifflux.status.index_status``'s object as text, one key a line."""
     for key in ("db_path", "files", "chunks", "embeddings", "embedding_coverage"):
-        print(f"{key:>16}: {status[key]}")
+        _say(f"{key:>16}: {status[key]}")
     for root in status["roots"]:
-        print(
+        _say(
             f"{'':>18}{root['root']}: {root['files']} files, {root['chunks']} chunks, "
             f"coverage {root['embedding_coverage']}"
         )
     for key in ("generation", "embedding_model"):
-        print(f"{key:>16}: {status[key]}")
-    print(f"{'backend':>16}: {status['embedding_backend']}")
-    print(f"{'vector cache':>16}: {_cache_line(status['vector_cache'])}")
-    print(f"{'broker':>16}: {status['broker']}")
-    print(f"{'live workers':>16}: {status['live_workers']['count']}")
+        _say(f"{key:>16}: {status[key]}")
+    _say(f"{'backend':>16}: {status['embedding_backend']}")
+    _say(f"{'vector cache':>16}: {_cache_line(status['vector_cache'])}")
+    _say(f"{'broker':>16}: {status['broker']}")
+    _say(f"{'live workers':>16}: {status['live_workers']['count']}")
     for worker in status["live_workers"]["workers"]:
-        print(f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])}")
+        _say(f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])}")
     if status["queue_depths"] is not None:
-        print(f"{'queue depths':>16}: {status['queue_depths']}")
-    print(f"{'recent jobs':>16}: {len(status['recent_jobs'])}")
+        _say(f"{'queue depths':>16}: {status['queue_depths']}")
+    _say(f"{'recent jobs':>16}: {len(status['recent_jobs'])}")
     for job in status["recent_jobs"]:
-        print(
+        _say(
             f"{'':>18}{job['job_id']} {job['state']:<9} files {job['files_done']}"
             f"+{job['files_skipped']} skipped/{job['files_total']} "
             f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
         )
         if job["state"] == "running":
             lexical, embedding = job["phases"]["lexical"], job["phases"]["embedding"]
-            print(
+            _say(
                 f"{'':>20}phase {job['phase']}: keyword-searchable {lexical['files_done']}/"
                 f"{lexical['files_total']} files, embedded {embedding['files_done']}/"
                 f"{embedding['files_total']} files ({embedding['chunks_done']}/"
                 f"{embedding['chunks_total']} chunks)"
             )
         if job["stalled"]:
-            print(f"{'':>20}stalled: {job['stalled_reason']}")
+            _say(f"{'':>20}stalled: {job['stalled_reason']}")
         if job["state"] == "failed":
             # A job-level reason (a plan that failed, a write fault), not a file's error.
             for reason in (e["error"] for e in job["errors"] if not e.get("path")):
-                print(f"{'':>20}failed: {reason}")
+                _say(f"{'':>20}failed: {reason}")
     watcher = status["watcher"]
-    print(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
-    print(f"{'knowledge':>16}: {_knowledge_line(status['knowledge'])}")
+    _say(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
+    _say(f"{'knowledge':>16}: {_knowledge_line(status['knowledge'])}")
 
 
 def _knowledge_line(block: dict[str, Any]) -> str:
@@ -529,7 +547,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise RiffluxError(f"no queued or running job with id {args.job_id!r}")
     finally:
         conn.close()
-    print(f"cancelled {args.job_id}")
+    _say(f"cancelled {args.job_id}")
     return 0
 
 
@@ -550,7 +568,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         while not stop.wait(1.0):
             if watcher.state.gave_up:
-                print(
+                _say(
                     f"rifflux: error: watcher gave up: {watcher.state.last_error}", file=sys.stderr
                 )
                 return EXIT_ERROR
@@ -589,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"rifflux: error: {' '.join(message.split())}", file=sys.stderr)
+    _say(f"rifflux: error: {' '.join(message.split())}", file=sys.stderr)
     return code
 
 

@@ -8,9 +8,11 @@ the JSON object the tool answers with; bad input raises a one-line
 server's own way of running a blocking call and of asking the client for its roots, so
 this module needs nothing from ``server.py``.
 
-``multi_get`` serves only inside the allowed roots, checked per file by realpath at read
-time as ``get_file`` does: a path named outright that lies outside them fails the call
-with ``get_file``'s message; a glob's match outside them is left out.
+Every file these tools return passes ``get_file``'s check
+(:meth:`~rifflux.mcp.tools.ToolContext.served`: inside the call's roots by realpath at
+read time, not on the deny list): a ``multi_get`` path named outright that fails it fails
+the call with ``get_file``'s message; a glob's match, a decision or an error pair that
+fails it is left out.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from mcp.server.mcpserver.context import Context
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from rifflux import status
-from rifflux.index.allowed import is_within
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.tools import ToolContext, check_served
 from rifflux.search import knowledge
 from rifflux.search.multi_get import check_paths, expand, read_files
 from rifflux.search.request import (
     MAX_LIST_ITEMS,
+    MAX_QUERY_CHARS,
     MAX_TOP_K,
     as_integer,
     check_max_tokens,
@@ -49,6 +51,7 @@ def search_decisions(
     decision_type: object = None,
     status: object = None,
     max_tokens: object = None,
+    client_roots: Sequence[Path] | None = None,
 ) -> dict[str, Any]:
     return knowledge.search_decisions(
         ctx.search,
@@ -57,13 +60,24 @@ def search_decisions(
         decision_type=decision_type,
         status=status,
         max_tokens=max_tokens,
+        served=ctx.served(client_roots, searching=True),
     )
 
 
 def search_errors(
-    ctx: ToolContext, query: object, limit: object = 10, max_tokens: object = None
+    ctx: ToolContext,
+    query: object,
+    limit: object = 10,
+    max_tokens: object = None,
+    client_roots: Sequence[Path] | None = None,
 ) -> dict[str, Any]:
-    return knowledge.search_errors(ctx.search, query, limit=limit, max_tokens=max_tokens)
+    return knowledge.search_errors(
+        ctx.search,
+        query,
+        limit=limit,
+        max_tokens=max_tokens,
+        served=ctx.served(client_roots, searching=True),
+    )
 
 
 def context_stats(ctx: ToolContext) -> dict[str, Any]:
@@ -79,18 +93,18 @@ def multi_get(
     """Indexed files by path or glob, in order, under one budget (rifflux.search.multi_get)."""
     entries = check_paths(paths)
     budget = check_max_tokens(max_tokens)
-    allowed = ctx.roots_for(client_roots)
+    served = ctx.served(client_roots)
     conn = ctx.search.connection()
     reader = IndexReader(conn)
     with transaction(conn, write=False):
-        served = []
+        returned = []
         for wanted in expand(reader, entries):
             if not wanted.by_glob:
-                check_served(ctx, wanted.path, allowed)
-            elif not is_within(ctx.search.absolute_path(wanted.path), allowed):
+                check_served(ctx, wanted.path, served)
+            elif served.refusal(wanted.path, ctx.search.absolute_path(wanted.path)) is not None:
                 continue
-            served.append(wanted.path)
-        return read_files(reader, served, budget)
+            returned.append(wanted.path)
+        return read_files(reader, returned, budget)
 
 
 _LIMIT = Annotated[
@@ -107,7 +121,14 @@ _MAX_TOKENS = Annotated[
         "each result then has tokens and truncated, the response a budget."
     ),
 ]
-_QUERY = Annotated[str, Field(description="What to look for: words, a question, an error line.")]
+_QUERY = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "maxLength": MAX_QUERY_CHARS}),
+    Field(
+        description="What to look for: words, a question, an error line "
+        f"(at most {MAX_QUERY_CHARS} characters)."
+    ),
+]
 
 
 def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: ClientRoots) -> None:
@@ -131,6 +152,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
             ),
         ] = None,
         max_tokens: _MAX_TOKENS = None,
+        context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Search the decision records (ADRs): architectural and technical decisions with
         their rationale, ranked by hybrid search over the records only.
@@ -139,11 +161,17 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         status, date, decision_type, decision (the Decision section), score_breakdown
         and chunk_id.
         """
-        return await run(search_decisions, ctx, query, limit, decision_type, status, max_tokens)
+        client = await roots(context) if context is not None else None
+        return await run(
+            search_decisions, ctx, query, limit, decision_type, status, max_tokens, client
+        )
 
     @server.tool(name="search_errors", annotations=READ_ONLY)
     async def search_errors_tool(
-        query: _QUERY, limit: _LIMIT = 10, max_tokens: _MAX_TOKENS = None
+        query: _QUERY,
+        limit: _LIMIT = 10,
+        max_tokens: _MAX_TOKENS = None,
+        context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Search the error-solution pairs of troubleshooting pages: paste an error line,
         get the sections that name it and their fix.
@@ -151,7 +179,8 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         Returns {query, count, embedding_model, results}; each result has signature,
         solution, path, heading_path, score_breakdown and chunk_id.
         """
-        return await run(search_errors, ctx, query, limit, max_tokens)
+        client = await roots(context) if context is not None else None
+        return await run(search_errors, ctx, query, limit, max_tokens, client)
 
     @server.tool(name="context_stats", annotations=READ_ONLY)
     async def context_stats_tool() -> dict[str, Any]:
@@ -184,7 +213,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Several indexed files at once: {files: [{path, content, tokens, truncated}],
-        not_included, count}. Only files inside the server's allowed roots are served; the
-        files themselves are not read (content is the indexed text)."""
+        not_included, count}. Only files inside the server's allowed roots and off its deny
+        list are served; the files themselves are not read (content is the indexed text)."""
         client = await roots(context) if context is not None else None
         return await run(multi_get, ctx, paths, max_tokens, client)

@@ -11,9 +11,10 @@ as the CLI's one-line messages (an OS error echoes at most ~200 characters of a 
 anything else is ``internal error: <type>: <message>`` and its traceback goes to the log
 (stderr; a stdio server's stdout carries protocol messages only).
 
-Allowed roots (docs/security.md): ``reindex``, ``get_file`` and ``get_chunk`` ask the
-client for its roots (the protocol's roots capability, when the client declares it)
-on every call, and work only inside the roots that leaves (``tools.ToolContext.roots_for``).
+Allowed roots (docs/security.md): every tool that reads or returns indexed files
+(``reindex``, the searches, ``get_file``, ``get_chunk``, ``multi_get``) asks the client
+for its roots (the protocol's roots capability, when the client declares it) on every
+call, and works only inside the roots that leaves (``tools.ToolContext.roots_for``).
 Watched and reindex-on-start paths must lie inside the server's allowed roots. A server
 started in ``/``, a home directory or a parent of one without ``RIFFLUX_ALLOWED_ROOTS``
 has no default root: it logs one warning at start (``mcp.no_allowed_roots``).
@@ -179,14 +180,28 @@ DB_PATH_PARAMETER = inspect.Parameter(
 )
 
 
+CONTEXT_PARAMETER = inspect.Parameter(
+    "context",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=None,
+    annotation=Context[Any, Any] | None,
+)
+"""The request context the SDK passes (never an argument: it is not in the schema)."""
+
+
 def search_signature() -> inspect.Signature:
-    """``search_rifflux``'s parameters: every SearchRequest field, then ``db_path``."""
+    """``search_rifflux``'s parameters: every SearchRequest field, then ``db_path`` (and
+    the request context)."""
     parameters = [_request_parameter(*f) for f in request_fields()]
-    return inspect.Signature([*parameters, DB_PATH_PARAMETER], return_annotation=dict[str, Any])
+    return inspect.Signature(
+        [*parameters, DB_PATH_PARAMETER, CONTEXT_PARAMETER], return_annotation=dict[str, Any]
+    )
 
 
 def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
-    async def search_rifflux(**arguments: Any) -> dict[str, Any]:
+    async def search_rifflux(
+        context: Context[Any, Any] | None = None, **arguments: Any
+    ) -> dict[str, Any]:
         """Search the indexed markdown and text files.
 
         Returns {query, mode, count, embedding_model, results}; each result has chunk_id,
@@ -194,7 +209,8 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         max_tokens the contents fit that budget: each result also has tokens and
         truncated, and the response a budget {max_tokens, used_tokens, dropped}.
         """
-        return await _in_thread(tools.search_rifflux, ctx, **arguments)
+        roots = await client_roots(context) if context is not None else None
+        return await _in_thread(tools.search_rifflux, ctx, client_roots=roots, **arguments)
 
     search_rifflux.__signature__ = search_signature()  # type: ignore[attr-defined]
     server.tool(annotations=search_annotations(ctx))(search_rifflux)

@@ -10,12 +10,16 @@ The server indexes and serves only inside its allowed roots (``rifflux.index.all
 docs/security.md), and nothing on the deny list (``rifflux.index.denied``):
 ``reindex`` refuses a path outside the roots, a secret path and a file whose name the
 globs exclude, and its job's scan follows no symlink out of the job's own roots;
-``get_file`` and ``get_chunk`` re-check, at read time and by realpath, that the file
-still lies inside the roots and is not a secret path. ``db_path`` opens another index
-read-only, only when ``RIFFLUX_ALLOW_DB_PATH`` allows it and only inside the roots. A
-server in ``/``, a home directory or a parent of one, without ``RIFFLUX_ALLOWED_ROOTS``,
-has no allowed root: those calls fail with one line naming it (searching the server's
-own index and ``index_status`` still work).
+every path a tool returns (search results, ``get_chunk`` and its neighbours,
+``get_file``, ``multi_get``, the knowledge searches) passes one check at read time, by
+realpath: inside the call's roots and not a secret path
+(:class:`~rifflux.search.served.ServedPaths`, built by :meth:`ToolContext.served`); a
+file named outright is refused, a search or a glob leaves it out. ``db_path`` opens
+another index read-only, only when ``RIFFLUX_ALLOW_DB_PATH`` allows it and only inside
+the roots. A server in ``/``, a home directory or a parent of one, without
+``RIFFLUX_ALLOWED_ROOTS``, has no allowed root: calls that read or index files fail
+with one line naming it; searching the server's own index (results pass the deny list),
+``index_status`` and ``context_stats`` still work.
 
 Paths in tool arguments mean what results show: a relative ``path``, ``paths`` or
 ``db_path`` is read against the directory the index's paths are relative to
@@ -60,6 +64,7 @@ from rifflux.index.indexer import IndexReport
 from rifflux.index.scan import glob_mismatch, require_roots
 from rifflux.reindex import Reindexer
 from rifflux.search.request import SearchRequest
+from rifflux.search.served import ServedPaths
 from rifflux.search.service import SearchService
 from rifflux.store.jobs import JobRecord
 from rifflux.watch.auto import AutoReindexer
@@ -140,6 +145,20 @@ class ToolContext:
         except RiffluxError:  # No index yet, or one that cannot be read: nothing to match.
             recorded = None
         return Path(recorded) if recorded else self.cwd
+
+    def served(
+        self, client_roots: Sequence[Path] | None, *, searching: bool = False
+    ) -> ServedPaths:
+        """The one check of what this call may return (:meth:`roots_for`, the deny list).
+
+        A search of the server's own index on a server with no allowed root (and no
+        client roots) still answers: its results pass the deny list alone, since the
+        index's contents were chosen when it was built (docs/security.md).
+        """
+        allow_secrets = self.settings.allow_secret_paths
+        if searching and client_roots is None and self.no_default_root() is not None:
+            return ServedPaths((Path("/"),), allow_secrets=allow_secrets)
+        return ServedPaths(tuple(self.roots_for(client_roots)), allow_secrets=allow_secrets)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
@@ -239,22 +258,29 @@ def resolve_against(cwd: Path, path: str | Path) -> Path:
 
 
 def search_rifflux(
-    ctx: ToolContext, query: object, db_path: str | None = None, **options: object
+    ctx: ToolContext,
+    query: object,
+    db_path: str | None = None,
+    client_roots: Sequence[Path] | None = None,
+    **options: object,
 ) -> dict[str, Any]:
     """``{query, mode, count, embedding_model, results}``; a blank query finds nothing.
+    Results hold only files the call may return (:meth:`ToolContext.served`).
 
     ``query`` and ``options`` are :class:`SearchRequest` fields, checked there.
     """
     request = SearchRequest.from_arguments({"query": query, **options})
+    own_index = db_path is None or not db_path.strip()
+    served = ctx.served(client_roots, searching=own_index)
     if ctx.auto_reindex is not None and (db_path is None or not db_path.strip()):
         ctx.auto_reindex.maybe_trigger()
         try:
-            return ctx.search.search_response(request)
+            return ctx.search.search_response(request, served)
         except IndexMissingError as exc:
             raise IndexMissingError(
                 f"{exc}; an automatic reindex is creating it, search again shortly"
             ) from exc
-    return ctx.service_for(db_path).search_response(request)
+    return ctx.service_for(db_path).search_response(request, served)
 
 
 def resolve_roots(
@@ -440,23 +466,12 @@ def index_status(ctx: ToolContext) -> dict[str, Any]:
     return result
 
 
-def check_served(ctx: ToolContext, stored_path: str, allowed: Sequence[Path]) -> None:
-    """Refuse an indexed file whose realpath is, now, outside the allowed roots, or
-    which (by its stored path or its realpath) is on the deny list.
-
-    Checked at read time: a file swapped for a symlink after it was indexed, or an
-    index built by the CLI from elsewhere or before the deny list, serves nothing
-    outside the roots and no secret.
-    """
-    path = ctx.search.absolute_path(stored_path)
-    if not is_within(path, allowed):
-        raise PathNotAllowedError(
-            f"{stored_path!r} is indexed but lies outside the allowed roots "
-            f"({describe(allowed)}): it resolves to {shorten(str(real(path)))}"
-        )
-    rule = refused_secret([path, real(path)], allow=ctx.settings.allow_secret_paths)
-    if rule is not None:
-        raise SecretPathError(f"{stored_path!r} is not served: {secret_reason(rule, 'serve')}")
+def check_served(ctx: ToolContext, stored_path: str, served: ServedPaths) -> None:
+    """Raise the one-line refusal of an indexed file the call may not return (outside
+    its roots, by realpath now, or on the deny list): :meth:`ServedPaths.refusal`."""
+    refusal = served.refusal(stored_path, ctx.search.absolute_path(stored_path))
+    if refusal is not None:
+        raise refusal
 
 
 def get_chunk(
@@ -466,9 +481,11 @@ def get_chunk(
     neighbors: object = 0,
 ) -> dict[str, Any]:
     """``{chunk}``, and with ``neighbors`` ≥ 1 the chunks ``before`` and ``after`` it."""
-    allowed = ctx.roots_for(client_roots)
+    served = ctx.served(client_roots)
     found = ctx.search.chunk_with_neighbors(chunk_id, neighbors)
-    check_served(ctx, found["chunk"]["path"], allowed)
+    chunks = [found["chunk"], *found.get("before", ()), *found.get("after", ())]
+    for path in dict.fromkeys(chunk["path"] for chunk in chunks):
+        check_served(ctx, path, served)
     return found
 
 
@@ -481,7 +498,7 @@ def get_file(
 ) -> dict[str, Any]:
     """An indexed file by its stored path, from the index (the file itself is not read);
     ``heading`` narrows it to one section, ``max_tokens`` fits it to a budget."""
-    allowed = ctx.roots_for(client_roots)
+    served = ctx.served(client_roots)
     found = ctx.search.get_file(path, heading=heading, max_tokens=max_tokens)
-    check_served(ctx, found["path"], allowed)
+    check_served(ctx, found["path"], served)
     return {"file": found}

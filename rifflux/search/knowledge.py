@@ -40,6 +40,7 @@ from rifflux.search.request import (
     check_status,
     check_top_k,
 )
+from rifflux.search.served import ServedPaths
 from rifflux.search.service import SearchService
 from rifflux.store import knowledge
 
@@ -111,8 +112,10 @@ def search_decisions(
     decision_type: object = None,
     status: object = None,
     max_tokens: object = None,
+    served: ServedPaths | None = None,
 ) -> dict[str, Any]:
-    """Decision records ranked for ``query`` (see the module docstring)."""
+    """Decision records ranked for ``query`` (see the module docstring); ``served``: only
+    the files it serves (an MCP call's)."""
     budget = check_max_tokens(max_tokens)
     request = SearchRequest(
         query=query,  # type: ignore[arg-type]  # checked by SearchRequest
@@ -126,7 +129,7 @@ def search_decisions(
         status=request.status,
         decision_type=check_decision_type(decision_type),
     )
-    hits, warning = service.search_within(request, restrict)
+    hits, warning = service.search_within(request, restrict, served)
     rows = knowledge.decisions_of_files(service.connection(), [h["path"] for h in hits])
     results = [
         {
@@ -151,15 +154,18 @@ def search_errors(
     *,
     limit: object = 10,
     max_tokens: object = None,
+    served: ServedPaths | None = None,
 ) -> dict[str, Any]:
-    """Error-solution pairs ranked for ``query`` (see the module docstring)."""
+    """Error-solution pairs ranked for ``query`` (see the module docstring); ``served``:
+    only the files it serves (an MCP call's)."""
     budget = check_max_tokens(max_tokens)
     wanted = check_limit(limit)
     request = SearchRequest(
         query=query,  # type: ignore[arg-type]  # checked by SearchRequest
         top_k=min(MAX_TOP_K, wanted * ERROR_DEPTH),
     )
-    hits, warning = service.search_within(request, _restricted(service, kinds=("error",)))
+    restrict = _restricted(service, kinds=("error",))
+    hits, warning = service.search_within(request, restrict, served)
     conn = service.connection()
     terms = query_terms(request.query)
     pairs_of: dict[str, list[sqlite3.Row]] = {}

@@ -9,8 +9,10 @@ every chunk); each side takes its candidates among them (``candidate_k``, defaul
 ``min_cosine`` drops weak semantic candidates; the sides are fused (RRF with this call's
 weights, minmax or maxnorm with its α); chunks holding every quoted phrase move ahead
 (lexical and hybrid); ``group_by="file"`` keeps each file's best chunk (searching deeper
-while fewer than ``top_k`` files came back and a side may hold more); then truncation to
-``top_k``.
+while fewer than ``top_k`` files came back and a side may hold more); an MCP call's
+``admits`` (``served.py``: the allowed roots and the deny list) drops the chunks of files
+the call may not return, searching deeper the same way while fewer than ``top_k`` remain;
+then truncation to ``top_k``.
 
 A corrupt vector cache never yields semantic results: semantic and hybrid searches
 answer with the lexical results (``score_breakdown`` ``{"bm25": ...}``, so a client can
@@ -117,11 +119,13 @@ def rank(
     top_k: int,
     deadline: Deadline,
     restrict: np.ndarray | None = None,
+    admits: Callable[[str], bool] | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """(results, warning) of ``request``: the warning is set when lexical results stand in.
 
     ``top_k`` replaces the request's own (evaluation depths); ``restrict``: the chunk
-    rowids (sorted) searched among, as if a filter admitted them (None: every chunk)."""
+    rowids (sorted) searched among, as if a filter admitted them (None: every chunk);
+    ``admits``: whether a file (its stored path) may be returned (None: every file)."""
     if not request.query.strip():
         return [], None
     conn = snapshot.conn
@@ -135,14 +139,31 @@ def rank(
     while True:
         deadline.check()
         ranked, warning, deeper = _ranked(snapshot, request, depth, admitted, deadline, query_vec)
-        if request.group_by != "file":
+        fill = request.mode == "semantic" and warning is None
+        if request.group_by == "file":
+            ranked = best_per_file(snapshot, ranked)
+        if admits is not None:
+            ranked = first_admitted(ranked, admits, None if fill else top_k)
+        elif request.group_by != "file":
             break
-        ranked = best_per_file(snapshot, ranked)
         if len(ranked) >= top_k or not deeper:
             break
         depth *= GROUP_DEEPEN
-    fill = request.mode == "semantic" and warning is None
     return materialise(snapshot, ranked, top_k, fill=fill), warning
+
+
+def first_admitted(
+    ranked: list[Ranked], admits: Callable[[str], bool], limit: int | None
+) -> list[Ranked]:
+    """The first ``limit`` (None: all) of ``ranked`` whose file ``admits`` returns true
+    for, in order: files past them are never asked about (each answer costs a realpath)."""
+    kept: list[Ranked] = []
+    for item in ranked:
+        if admits(item.key[0]):
+            kept.append(item)
+            if len(kept) == limit:
+                break
+    return kept
 
 
 def fusion_of(snapshot: IndexSnapshot, request: SearchRequest) -> str:

@@ -54,6 +54,10 @@ MAX_LIST_ITEMS = 100
 """The most entries a ``path_glob`` or ``file_types`` list may have."""
 MAX_PATTERN_CHARS = 500
 """The longest glob, file type or ``content_contains`` text."""
+MAX_QUERY_CHARS = 10_000
+"""The longest query (``search_rifflux``, the knowledge tools, ``rifflux search``): a
+pasted stack trace fits, while a response, which repeats the query, stays far below the
+MCP client's 1 MiB message limit."""
 MIN_MAX_TOKENS = 50
 MAX_MAX_TOKENS = 100_000
 """The range ``max_tokens`` accepts (``search_rifflux``, ``get_file``, ``--max-tokens``)."""
@@ -72,6 +76,11 @@ def _shown(value: object) -> str:
 def check_query(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidQueryError(f"query must be a string (got {_shown(value)})")
+    if len(value) > MAX_QUERY_CHARS:
+        raise InvalidQueryError(
+            f"query must be at most {MAX_QUERY_CHARS:,} characters (got {len(value):,}); "
+            "shorten it to the words that matter"
+        )
     return value
 
 
@@ -388,8 +397,8 @@ class SearchRequest:
             'plain text, except that a balanced "double-quoted span" is a phrase: '
             "chunks holding it exactly rank first (lexical and hybrid). An unpaired "
             "quote, *, AND, NEAR( and the like have no special meaning; a blank query "
-            "returns no results.",
-            json_schema={"type": "string"},
+            f"returns no results. At most {MAX_QUERY_CHARS} characters.",
+            json_schema={"type": "string", "maxLength": MAX_QUERY_CHARS},
             check=check_query,
         )
     )

@@ -224,10 +224,14 @@ def stored_form(path: str, base: str) -> str:
 def absolute_path(stored_path: str, base_dir: Callable[[], str | None]) -> Path:
     """Where an indexed file lives: its stored path against the index's base_dir (read
     by ``base_dir`` only for a relative path; none stored: the working directory)."""
+    return Path(absolute_text(stored_path, base_dir))
+
+
+def absolute_text(stored_path: str, base_dir: Callable[[], str | None]) -> str:
+    """:func:`absolute_path` as text (no ``Path`` built: searches place many paths)."""
     if stored_path.startswith("/"):
-        return Path(stored_path)
-    base = base_dir() or os.getcwd()
-    return Path(base) / stored_path
+        return stored_path
+    return os.path.join(base_dir() or os.getcwd(), stored_path)
 
 
 def stored_base_dir(conn: sqlite3.Connection) -> str | None:

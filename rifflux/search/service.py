@@ -11,10 +11,13 @@ Arguments arrive as a :class:`~rifflux.search.request.SearchRequest`, already va
 (``search_response``); ``search``, the in-process ranking the evaluation calls with
 depths beyond ``MAX_TOP_K``, checks its arguments with the same functions and messages.
 ``search_response`` answers repeated requests from the query cache (``query_cache.py``)
-while the index state is unchanged. A corrupt vector cache makes semantic and hybrid
-searches answer with lexical results, and the response gains a ``warning`` naming the
-damage and the repair (``ranking.py``); without damage the response has no ``warning``
-key.
+while the index state is unchanged. An MCP call passes its
+:class:`~rifflux.search.served.ServedPaths`: results then hold only files it may return,
+filtered before truncation to ``top_k`` (``ranking.py``), and a cached answer is keyed by
+it and served only while every file in it still passes. A corrupt vector cache makes
+semantic and hybrid searches answer with lexical results, and the response gains a
+``warning`` naming the damage and the repair (``ranking.py``); without damage the
+response has no ``warning`` key.
 
 Every search (``search_response``, ``search``, ``search_within``) runs under a
 :class:`~rifflux.search.deadline.Deadline` of ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` (from
@@ -56,6 +59,7 @@ from rifflux.search.request import (
     check_neighbors,
     check_top_k,
 )
+from rifflux.search.served import ServedPaths
 from rifflux.search.snapshot import IndexSnapshot, QueryEmbedder, stored_model
 from rifflux.store.connection import LocklessReader, database_failure, open_index_readonly
 from rifflux.store.fts import ClauseCounts
@@ -210,35 +214,51 @@ class SearchService:
 
     @_reports_damage
     def search_within(
-        self, request: SearchRequest, restrict: np.ndarray | None
+        self,
+        request: SearchRequest,
+        restrict: np.ndarray | None,
+        served: ServedPaths | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted;
         None: every chunk) only, as if a filter admitted them: how the knowledge tools
-        rank one kind."""
+        rank one kind. ``served``: only files it serves (None: every file)."""
         deadline = self.deadline()
         snapshot = self.snapshot()
+        admits = None if served is None else served.admitting(self._placer(snapshot.conn))
         with deadline.guarding(snapshot.conn):
-            return ranking.rank(snapshot, request, request.top_k, deadline, restrict)
+            return ranking.rank(snapshot, request, request.top_k, deadline, restrict, admits)
 
     @_reports_damage
-    def search_response(self, request: SearchRequest) -> dict[str, Any]:
-        """The object the MCP tool and ``rifflux search --json`` return.
+    def search_response(
+        self, request: SearchRequest, served: ServedPaths | None = None
+    ) -> dict[str, Any]:
+        """The object the MCP tool and ``rifflux search --json`` return; with ``served``
+        (an MCP call's), only files it serves.
 
         Repeated requests are answered from the query cache while the index state (its
         generation, uid and vector cache manifest) is the one they were computed at."""
         deadline = self.deadline()
         snapshot = self.snapshot()
         with deadline.guarding(snapshot.conn):
-            return self._respond(snapshot, request, deadline)
+            return self._respond(snapshot, request, deadline, served)
 
     def _respond(
-        self, snapshot: IndexSnapshot, request: SearchRequest, deadline: Deadline
+        self,
+        snapshot: IndexSnapshot,
+        request: SearchRequest,
+        deadline: Deadline,
+        served: ServedPaths | None = None,
     ) -> dict[str, Any]:
         state = self._index_state(snapshot.conn) if self._query_cache.enabled else None
-        cached = self._query_cache.get(request, state, scope=self.db_path)
-        if cached is not None:
+        key: Hashable = request if served is None else (request, served)
+        admits = None if served is None else served.admitting(self._placer(snapshot.conn))
+        cached = self._query_cache.get(key, state, scope=self.db_path)
+        # A file swapped for a link out of the roots since: its answer is computed again.
+        if cached is not None and (
+            admits is None or all(admits(r["path"]) for r in cached["results"])
+        ):
             return cached
-        results, warning = ranking.rank(snapshot, request, request.top_k, deadline)
+        results, warning = ranking.rank(snapshot, request, request.top_k, deadline, admits=admits)
         response: dict[str, Any] = {
             "query": request.query,
             "mode": request.mode,
@@ -251,8 +271,14 @@ class SearchService:
         if request.max_tokens is not None:
             response = budget_response(response, request.query, request.max_tokens, deadline.check)
         if warning is None:
-            self._query_cache.put(request, state, response, scope=self.db_path)
+            self._query_cache.put(key, state, response, scope=self.db_path)
         return response
+
+    @staticmethod
+    def _placer(conn: sqlite3.Connection) -> Callable[[str], str]:
+        """Where a stored path lives (:meth:`absolute_path`), the base_dir read once."""
+        base_dir = functools.cache(lambda: retrieval.stored_base_dir(conn))
+        return lambda stored_path: retrieval.absolute_text(stored_path, base_dir)
 
     def _index_state(self, conn: sqlite3.Connection) -> Hashable:
         """What a cached response depends on: the generation and uid, and the stat keys

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from rifflux.index.changes import FileWork
 from rifflux.index.frontmatter import (
     MAX_FRONT_MATTER_CHARS,
+    MAX_KEY_PARTS,
     normalize_text,
     split_front_matter,
     tag_list,
+    toml_key_parts,
 )
 from rifflux.index.prepare import chunk_file, embedding_input, text_sha256
 
@@ -94,6 +96,39 @@ def test_a_malformed_block_is_kept_as_text_with_the_reason(block: str, problem: 
     prepared = chunked(text, "notes/n.md")
     assert prepared.front_matter_problem == front.problem
     assert prepared.chunks[0].content.startswith("---\n")  # indexed as text, as before
+
+
+DEEP_TOML_KEY = "a." * 31_000 + "b = 1\n"
+"""The adversarial block: one dotted key of 31,001 parts, 62 KB, under the size limit."""
+
+
+def test_a_toml_key_with_too_many_parts_is_refused_before_parsing() -> None:
+    assert len(DEEP_TOML_KEY) < MAX_FRONT_MATTER_CHARS
+    text = f"+++\n{DEEP_TOML_KEY}+++\n\n# Note\n\nBody text.\n"
+    front = split_front_matter(text, "notes/n.md")
+    assert front.problem == f"front matter has a dotted key of more than {MAX_KEY_PARTS} parts"
+    assert not front.present and front.body == text
+    assert chunked(text, "notes/n.md").front_matter_problem == front.problem
+
+
+@pytest.mark.parametrize(
+    ("line", "parts"),
+    [
+        ('title = "Config"', 1),
+        ('site.params.author = "x.y.z = w"', 5),
+        ('"a.b" = 1', 2),
+        ("[servers.alpha]", 0),
+        ("no key here. none.", 0),
+    ],
+)
+def test_toml_key_parts_bounds_the_deepest_key_from_above(line: str, parts: int) -> None:
+    assert toml_key_parts(line + "\n") == parts
+
+
+def test_a_toml_key_at_the_limit_is_parsed() -> None:
+    key = ".".join(["k"] * MAX_KEY_PARTS)
+    front = split_front_matter(f"+++\n{key} = 1\ntitle = 'T'\n+++\nbody\n", "x.md")
+    assert (front.problem, front.title) == (None, "T")
 
 
 def test_only_markdown_files_have_front_matter() -> None:

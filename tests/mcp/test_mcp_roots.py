@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,8 @@ async def test_a_server_in_a_home_directory_has_no_default_root(
     root = home.root
     refusal = no_roots(root.resolve(), "a home directory")
     errlog = tmp_path / "server.err"
+    with sqlite3.connect(home.db_path) as conn:
+        (chunk_id,) = conn.execute("SELECT chunk_id FROM chunks").fetchone()
     with errlog.open("w") as err:
         async with stdio_session(home, errlog=err, HOME=str(root)) as s:
             hit = (await ok(s, "search_rifflux", query="basil tomatoes", mode="lexical"))[
@@ -100,12 +103,14 @@ async def test_a_server_in_a_home_directory_has_no_default_root(
             ][0]
             assert hit["path"] == "notes/plants.md"
             assert (await ok(s, "index_status"))["files"] == 1
+            assert (await ok(s, "context_stats"))["files"] == 1
             for tool, arguments in (
                 ("reindex", {"path": "src/repo"}),
                 ("reindex", {}),
                 ("reindex", {"path": str(root / ".ssh")}),
                 ("get_file", {"path": "notes/plants.md"}),
-                ("get_chunk", {"chunk_id": hit["chunk_id"]}),
+                ("get_chunk", {"chunk_id": chunk_id}),
+                ("multi_get", {"paths": ["**"]}),
                 ("search_rifflux", {"query": "x", "db_path": str(root / "other.db")}),
             ):
                 assert await refused(s, tool, **arguments) == refusal, tool
@@ -121,6 +126,8 @@ async def test_the_roots_a_host_declares_still_replace_the_missing_default(
     root = home.root
     async with stdio_session(home, client_roots=[root / "notes"], HOME=str(root)) as s:
         assert (await ok(s, "get_file", path="notes/plants.md"))["file"]["chunks"]
+        found = await ok(s, "search_rifflux", query="basil tomatoes", mode="lexical")
+        assert [hit["path"] for hit in found["results"]] == ["notes/plants.md"]
         message = await refused(s, "reindex", path="src/repo")
         assert "is outside the allowed roots" in message
 

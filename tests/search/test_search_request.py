@@ -35,6 +35,11 @@ from rifflux.search.service import SearchService
         ({"top_k": "10"}, "top_k must be an integer between 1 and 100 (got '10')"),
         ({"query": 3}, "query must be a string (got 3)"),
         ({"query": ["a"] * 40}, "query must be a string (got ['a', 'a', "),
+        (
+            {"query": "q" * 10_001},
+            "query must be at most 10,000 characters (got 10,001); shorten it to the words "
+            "that matter",
+        ),
     ],
 )
 def test_a_bad_field_is_one_line_naming_it_what_it_accepts_and_the_value(
