@@ -484,13 +484,9 @@ def _serve_http_workers(context: ToolContext, host: str, port: int, count: int) 
     sock = bind_socket(host, port)
     spec = HttpWorkerSpec(context.settings, context.cwd, host, port)
 
-    def want_workers() -> None:
-        with context.queue_lock:
-            context.queue.ensure_workers()
-
     log.info("mcp.http_workers_starting", workers=count, pid=os.getpid())
     try:
-        HttpWorkers(spec, sock, count, want_workers).run()
+        HttpWorkers(spec, sock, count, context.want_workers).run()
     finally:
         sock.close()
 
