@@ -71,6 +71,11 @@ class IndexWriteError(RiffluxError):
     is :func:`rifflux.store.faults.write_fault_reason`'s one line."""
 
 
+class IndexLockedError(RiffluxError):
+    """Another connection held the index's write lock for longer than a front-side write
+    waits (a job's submission); the message names the holder where this host can see it."""
+
+
 class SearchTimeoutError(RiffluxError):
     """A search ran past ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` and was stopped."""
 

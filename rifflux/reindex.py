@@ -15,8 +15,14 @@ Invariants:
   :func:`workers.launcher.launch_local_pool`), once per process while its pool lives;
   live index-host workers (heartbeats) are used instead of starting a pool, after an
   optional grace for workers booting beside this process (the Procfile's).
-- Submitting and starting workers happen under one lock: callers on several threads
-  (MCP tools) never start two pools.
+- Starting workers happens under the queue client's lock, so callers on several threads
+  (MCP tools) never start two pools; submitting takes no lock of this process, so a
+  call waiting for the index's write lock holds up no other call.
+- A queued or running job never waits for a consumer that does not exist:
+  :meth:`Reindexer.keep_jobs_moving` (a restarted server, ``index_status``, a search's
+  auto-reindex check) starts a local pool when no index-host worker is alive, first
+  forgetting the heartbeats of this host's workers whose process is gone; where no pool
+  can start, the stalled jobs are failed with the reason.
 - A file watcher's pool boots at startup (:meth:`Reindexer.boot_pool`): when no
   index-host worker is alive then, the pool starts at once, so the first edit does not
   wait for the grace and a boot; workers started beside this process that show up
@@ -35,6 +41,7 @@ from typing import Any
 import structlog
 
 from rifflux.config import Settings
+from rifflux.errors import RiffluxError
 from rifflux.queue.client import IndexQueue, Launcher, PoolHandle, ProgressCallback
 from rifflux.store.jobs import JobRecord
 from workers.launcher import launch_local_pool
@@ -62,7 +69,6 @@ class Reindexer:
         self.queue = queue if queue is not None else IndexQueue(settings, launcher=launcher)
         if self.queue.launcher is None:
             self.queue.launcher = launcher
-        self._lock = threading.Lock()
 
     # -- the entry point -------------------------------------------------------------
 
@@ -80,10 +86,9 @@ class Reindexer:
         changed, see :meth:`IndexQueue.submit`); with ``start_workers``, first start a
         local pool unless workers are alive (the watcher and a server's start leave that
         to a stall or :meth:`ensure_workers_in_background`). Returns the job id."""
-        with self._lock:
-            if start_workers:
-                self.ensure_workers(processes)
-            return self.queue.submit(roots, force=force, prune_missing=prune_missing, scope=scope)
+        if start_workers:
+            self.ensure_workers(processes)
+        return self.queue.submit(roots, force=force, prune_missing=prune_missing, scope=scope)
 
     def run(
         self,
@@ -128,6 +133,8 @@ class Reindexer:
 
         ``grace_seconds`` first waits for workers that are booting at the same time
         (e.g. the Procfile's worker process), so no second pool is started beside them.
+        Heartbeats of this host's workers whose process is gone are forgotten first
+        (:meth:`IndexQueue.forget_gone_workers`), and their messages handed back.
         """
         deadline = time.monotonic() + grace_seconds
         while not self.queue.index_host_workers():
@@ -136,7 +143,23 @@ class Reindexer:
             time.sleep(WORKER_POLL_SECONDS)
         else:
             return None
+        self.queue.forget_gone_workers()
         return self.queue.start_pool(processes)
+
+    def keep_jobs_moving(self) -> PoolHandle | None:
+        """Give the unfinished jobs a consumer: a local pool, started now, when a job is
+        queued or running and no index-host worker is alive. Where the pool cannot start,
+        each stalled job is failed with the reason. Cheap when there is nothing to do
+        (one read of the jobs, one of the heartbeats): ``index_status`` calls it."""
+        if not self.queue.has_unfinished_jobs() or self.queue.index_host_workers():
+            return None
+        log.info("reindex.unfinished_job_without_workers")
+        try:
+            return self.ensure_workers()
+        except (RiffluxError, OSError) as exc:
+            reason = f"no worker is alive and a local pool could not start: {exc}"
+            self.queue.fail_stalled_jobs(reason)
+            return None
 
     def ensure_workers_in_background(self, grace_seconds: float) -> None:
         """:meth:`ensure_workers` in a daemon thread, after ``grace_seconds``."""

@@ -20,7 +20,7 @@ from rifflux_testing import REPO_ROOT, make_settings, wait_until
 
 from rifflux import cli, reindex
 from rifflux.config import Settings
-from rifflux.errors import RootNotFoundError
+from rifflux.errors import RiffluxError, RootNotFoundError
 from rifflux.mcp import server, tools
 from rifflux.mcp.tools import ToolContext
 from rifflux.queue import names
@@ -212,8 +212,9 @@ def pools(monkeypatch: pytest.MonkeyPatch) -> list[FakePool]:
     return started
 
 
-def beat(reindexer: Reindexer, pid: int, host: str = socket.gethostname()) -> None:
-    """A heartbeat of an index-host worker with this pid."""
+def beat(reindexer: Reindexer, pid: int, host: str = "worker-host") -> None:
+    """A heartbeat of an index-host worker with this pid (of another host: this host's
+    heartbeats count only while their process runs)."""
     reindexer.queue.presence.record_heartbeat(f"{host}:{pid}:w{pid}", names.INDEX_HOST_QUEUES)
 
 
@@ -262,3 +263,31 @@ def test_a_local_pool_owns_only_its_own_children_on_this_host() -> None:
     assert not pool.owns({"hostname": host + "-other", "pid": os.getpid()})
     assert not pool.owns({"hostname": host, "pid": os.getppid()})  # not its child
     assert pool.owns({"hostname": host, "pid": 2**22 + 1})  # gone: never a reason to stop
+
+
+def test_an_unfinished_job_without_workers_gets_a_pool_or_fails_with_the_reason(
+    tmp_path: Path, docs: Path, pools: list[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(tmp_path, stall_seconds=0.01)
+    reindexer = Reindexer(settings)
+    try:
+        job_id = reindexer.submit([docs])
+        assert reindexer.keep_jobs_moving() is pools[0]
+        assert reindexer.keep_jobs_moving() is pools[0]  # Alive: never a second one.
+        pools[0].stop()
+
+        def broken(settings: Settings, processes: int) -> FakePool:
+            raise RiffluxError("cannot start workers here")
+
+        monkeypatch.setattr(reindexer.queue, "launcher", broken)
+        wait_until(lambda: reindexer.stall_reason(reindexer.job(job_id)), timeout=10)
+        assert reindexer.keep_jobs_moving() is None
+    finally:
+        reindexer.close()
+    record = reindexer.job(job_id)
+    assert record is not None and record.state == "failed"
+    [error] = record.errors
+    assert error["error"].startswith(
+        "no worker is alive and a local pool could not start: cannot start workers here "
+        "(no worker has consumed rifflux_plan for "
+    )

@@ -44,6 +44,7 @@ import dataclasses
 import hashlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -267,6 +268,52 @@ def read_works(
         sha256 = hashlib.sha256(data).hexdigest()
         works.append(FileWork(rel_path, st.st_mtime_ns, len(data), sha256, text))
     return works, vanished
+
+
+CHANGED_WHILE_QUEUED = "changed after it was read; a later job indexes it"
+"""The job error of a planned file whose text changed between its read and its write."""
+
+
+def _disk_path(base: str, rel_path: str) -> str:
+    return rel_path if rel_path.startswith("/") else os.path.join(base, rel_path)
+
+
+def is_regular(base: str, rel_path: str) -> bool:
+    """True if the stored path ``rel_path`` is a regular file now (links followed)."""
+    try:
+        return stat.S_ISREG(os.stat(_disk_path(base, rel_path)).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def as_on_disk(
+    base: str, files: Sequence[PreparedFile], vanished: Sequence[str]
+) -> tuple[list[PreparedFile], list[str], list[str]]:
+    """A batch's files split by what they are now, under the write lock: those still as
+    read (size and mtime), those changed since, and those no longer a regular file
+    (deleted, a directory now), added to ``vanished``.
+
+    A batch's texts are read when its job is planned and written later; a job submitted
+    meanwhile (the watcher's, for the change) may have written or pruned the same files
+    already, and this older read must not undo it: only the files still as read are
+    written. Where no later job comes, the next reindex sees the change.
+    """
+    current: list[PreparedFile] = []
+    changed: list[str] = []
+    gone = list(vanished)
+    for prepared in files:
+        try:
+            st = os.stat(_disk_path(base, prepared.rel_path))
+        except (OSError, ValueError):
+            gone.append(prepared.rel_path)
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            gone.append(prepared.rel_path)
+        elif (st.st_mtime_ns, st.st_size) != (prepared.mtime_ns, prepared.size_bytes):
+            changed.append(prepared.rel_path)
+        else:
+            current.append(prepared)
+    return current, changed, gone
 
 
 # -- the job steps ---------------------------------------------------------------------
@@ -497,11 +544,15 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
             nonlocal retries
             retries += 1
 
-        vanished = list(request.vanished)
+        base = IndexReader(conn).metadata("base_dir") or os.getcwd()
         with transaction(conn, on_retry=count_busy_retry):
             if jobs.batch_state(conn, job_id, batch_no) != "pending":
                 return RowsOutcome(None, False)  # A redelivery raced us and won.
+            files, changed, vanished = as_on_disk(base, files, request.vanished)
             writer = IndexWriter(conn)
+            deleted = 0
+            if spec.prune_missing:
+                deleted = writer.delete_files([p for p in vanished if not is_regular(base, p)])
             # A job that will be optimized at its end merges no FTS5 segments before.
             defer = DEFAULT_POLICY.defers_merges(job.files_planned, files_stored_bound(conn))
             with merges_deferred(conn) if defer else nullcontext():
@@ -535,14 +586,18 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
                 chunks_written=stats.chunks_written,
                 batches_written=1,
                 chunks_to_embed=texts,
-                files_skipped=len(vanished),
+                files_skipped=len(vanished) + len(changed),
+                files_deleted=deleted,
                 files_done=stats.files_written if done else 0,
                 chunks_embedded=embedded,
                 batches_done=1 if done else 0,
                 retries=retries,
             )
             jobs.add_errors(
-                conn, job_id, [{"path": p, "error": "vanished before indexing"} for p in vanished]
+                conn,
+                job_id,
+                [{"path": p, "error": "vanished before indexing"} for p in vanished]
+                + [{"path": p, "error": CHANGED_WHILE_QUEUED} for p in changed],
             )
             jobs.add_skipped(conn, job_id, front_matter_skips(files), keep=MAX_SKIPPED_KEPT)
             ready = done and _ready(conn, job_id)

@@ -529,13 +529,9 @@ def _serve_http_workers(context: ToolContext, host: str, port: int, count: int) 
     spec = HttpWorkerSpec(context.settings, context.cwd, host, port)
     _announce(host, port)  # Connections queue on the bound socket until a worker accepts.
 
-    def want_workers() -> None:
-        with context.queue_lock:
-            context.queue.ensure_workers()
-
     log.info("mcp.http_workers_starting", workers=count, pid=os.getpid())
     try:
-        HttpWorkers(spec, sock, count, want_workers).run()
+        HttpWorkers(spec, sock, count, context.want_workers).run()
     finally:
         sock.close()
 

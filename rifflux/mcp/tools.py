@@ -96,8 +96,6 @@ class ToolContext:
     closing: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _other_services: dict[Path, SearchService] = field(default_factory=dict, init=False, repr=False)
     _services_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    # ensure_workers + submit and the queue's broker connection are not thread-safe.
-    queue_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     # Set when RIFFLUX_AUTO_REINDEX_ON_SEARCH is on: searches trigger background jobs.
     auto_reindex: AutoReindexer | None = field(default=None, init=False, repr=False)
     # Set by the HTTP transport: the live session counts index_status shows.
@@ -182,7 +180,10 @@ class ToolContext:
             refuse_without_roots(ctx, roots, "RIFFLUX_AUTO_REINDEX_ON_SEARCH")
             check_allowed(roots, ctx.allowed_roots, remedy=WIDEN_ROOTS)
             ctx.auto_reindex = AutoReindexer(
-                ctx.queue, roots, settings.auto_reindex_min_interval_seconds
+                ctx.queue,
+                roots,
+                settings.auto_reindex_min_interval_seconds,
+                after_check=ctx.keep_jobs_moving,
             )
         return ctx
 
@@ -228,17 +229,35 @@ class ToolContext:
     def start_reindex(
         self, roots: Sequence[Path], *, force: bool = False, prune_missing: bool = True
     ) -> str:
-        """Start workers unless some are alive, then submit one job for ``roots``."""
-        with self.queue_lock:
-            if self.request_workers is not None:
+        """Start workers unless some are alive, then submit one job for ``roots``.
+
+        No lock of this process is held while the submit waits for the index's write
+        lock (``SUBMIT_LOCK_SECONDS``): other calls, ``index_status`` included, answer
+        meanwhile."""
+        self.want_workers()
+        return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+
+    def want_workers(self) -> None:
+        """A local pool unless index-host workers are alive (asked of the supervisor in
+        an HTTP worker process)."""
+        if self.request_workers is not None:
+            self.request_workers()
+        else:
+            self.queue.ensure_workers()
+
+    def keep_jobs_moving(self) -> None:
+        """Start workers when a job is unfinished and none is alive (see
+        :meth:`Reindexer.keep_jobs_moving`); never raises: callers are reads."""
+        try:
+            if self.request_workers is None:
+                self.queue.keep_jobs_moving()
+            elif self.queue.has_unfinished_jobs() and not self.queue.queue.index_host_workers():
                 self.request_workers()
-            else:
-                self.queue.ensure_workers()
-            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+        except Exception:
+            log.warning("mcp.keep_jobs_moving_failed", exc_info=True)
 
     def queue_status(self) -> dict[str, Any]:
-        with self.queue_lock:
-            return self.queue.status()
+        return self.queue.status()
 
     def close(self) -> None:
         """Close every SearchService and the queue (which stops a local worker pool)."""
@@ -248,8 +267,7 @@ class ToolContext:
             for service in self._other_services.values():
                 service.close()
             self._other_services.clear()
-        with self.queue_lock:
-            self.queue.close()
+        self.queue.close()
 
 
 def resolve_against(cwd: Path, path: str | Path) -> Path:
@@ -459,7 +477,9 @@ def reindex_result(
 
 def index_status(ctx: ToolContext) -> dict[str, Any]:
     """:func:`rifflux.status.index_status`, the object ``rifflux status --json`` prints;
-    over HTTP also ``http_sessions`` ``{live, peak, max}``."""
+    over HTTP also ``http_sessions`` ``{live, peak, max}``. An unfinished job with no
+    live worker gets a local pool first (:meth:`ToolContext.keep_jobs_moving`)."""
+    ctx.keep_jobs_moving()
     result = status.index_status(ctx.search, ctx.queue_status)
     if ctx.http_sessions is not None:
         result["http_sessions"] = ctx.http_sessions()

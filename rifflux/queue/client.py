@@ -33,9 +33,10 @@ from rifflux.index.jobspec import JobSpec
 from rifflux.index.scan import require_roots, scope_in_roots
 from rifflux.queue import names, stall
 from rifflux.queue.brokers import broker_unavailable, make_broker
-from rifflux.queue.presence import PresenceStore, presence_store_for
+from rifflux.queue.presence import PresenceStore, presence_store_for, process_gone
 from rifflux.store import faults, jobs
-from rifflux.store.connection import open_index, open_index_readonly
+from rifflux.store.connection import is_busy_error, open_index, open_index_readonly, transaction
+from rifflux.store.lock_holders import describe_process, index_locked, write_lock_holders
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +50,11 @@ POOL_BOOT_SECONDS = 30.0
 # How often a waiting client looks at heartbeats and queue depths for a stall, and at
 # heartbeats for a write fault of its job.
 STALL_CHECK_SECONDS = 1.0
+# How long submitting a job waits for the index's write lock (one busy wait inside
+# SQLite, no retries): a job's own batch holds it well under a second, so a lock held
+# longer is another process's (an open `sqlite3` shell, a backup), and the caller hears
+# who holds it (rifflux.store.lock_holders) instead of waiting on it.
+SUBMIT_LOCK_SECONDS = 10.0
 # A job that has not moved for this long gets the client's own probe for a write fault
 # (free space, a read-only file, a lost WAL): a busy worker moves a job every few
 # seconds, and a fault found this way stays until someone fixes it.
@@ -133,6 +139,10 @@ class IndexQueue:
         exact; a path outside the roots makes it a job of the whole roots). A broker
         that cannot take the message fails the submit and its job row is deleted again,
         so no job is left ``queued`` forever.
+
+        Raises:
+          IndexLockedError: Another process held the index's write lock for
+            :data:`SUBMIT_LOCK_SECONDS`; the message names it where it can.
         """
         roots = [Path(p) for p in paths]
         require_roots(roots)
@@ -161,7 +171,7 @@ class IndexQueue:
     def _create_and_enqueue(self, roots: list[str], spec: JobSpec) -> str:
         conn = open_index(self.db_path)
         try:
-            job_id = jobs.create_job(conn, roots, spec.to_dict())
+            job_id = self._create_job(conn, roots, spec)
             try:
                 self._enqueue_plan(job_id)
             except Exception as exc:
@@ -172,6 +182,24 @@ class IndexQueue:
         finally:
             conn.close()
         return job_id
+
+    def _create_job(self, conn: sqlite3.Connection, roots: list[str], spec: JobSpec) -> str:
+        """The job row, written at once if the index's write lock is free; else after
+        one wait of up to :data:`SUBMIT_LOCK_SECONDS`, announced with who holds the lock,
+        and then the error that names them."""
+        for wait in (0.0, SUBMIT_LOCK_SECONDS):
+            conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+            try:
+                with transaction(conn, attempts=1):
+                    return jobs.create_job(conn, roots, spec.to_dict())
+            except sqlite3.OperationalError as exc:
+                if not is_busy_error(exc):
+                    raise
+                if wait:
+                    raise index_locked(self.db_path, wait, "reindex") from exc
+            holders = [describe_process(pid) for pid in write_lock_holders(self.db_path)]
+            log.info("job.waiting_for_index_lock", seconds=SUBMIT_LOCK_SECONDS, holders=holders)
+        raise AssertionError("unreachable")
 
     def _enqueue_plan(self, job_id: str) -> None:
         with self._lock:
@@ -374,6 +402,25 @@ class IndexQueue:
     def live_workers(self) -> list[dict[str, Any]]:
         return self.presence.live_workers()
 
+    def forget_gone_workers(self) -> int:
+        """Forget the heartbeats of this host's workers whose process is gone (killed with
+        their pool, which could not) and hand back their SQLite leases at once, so their
+        messages move again now rather than when the leases expire. Returns how many."""
+        gone = [
+            (str(h["hostname"]), int(h["pid"]))
+            for h in self.presence.heartbeats()
+            if process_gone(str(h["hostname"]), int(h["pid"]), h.get("started_at"))
+        ]
+        if not gone:
+            return 0
+        release = getattr(self.broker, "release_process", None)
+        for hostname, pid in dict.fromkeys(gone):
+            if callable(release):
+                release(hostname, pid)
+            self.presence.remove_process(hostname, pid)
+        log.info("workers.gone_forgotten", pids=sorted({pid for _, pid in gone}))
+        return len(gone)
+
     def index_host_workers(self) -> list[dict[str, Any]]:
         """Live workers that consume the plan and write queues (the index host's)."""
         return [w for w in self.live_workers() if set(names.INDEX_HOST_QUEUES) <= set(w["queues"])]
@@ -416,6 +463,22 @@ class IndexQueue:
         conn = open_index(self.db_path)
         try:
             return bool(jobs.unfinished_job_ids(conn))
+        finally:
+            conn.close()
+
+    def fail_stalled_jobs(self, reason: str) -> list[str]:
+        """Fail every unfinished job that is stalled (:meth:`stall_reason`) with
+        ``reason`` and its stall; returns their ids."""
+        conn = open_index(self.db_path)
+        try:
+            failed = []
+            for job_id in jobs.unfinished_job_ids(conn):
+                record = jobs.get_job(conn, job_id)
+                stalled = None if record is None else self.stall_reason(record)
+                if stalled is not None and jobs.fail_job(conn, job_id, f"{reason} ({stalled})"):
+                    log.error("job.failed_without_workers", job_id=job_id, reason=reason)
+                    failed.append(job_id)
+            return failed
         finally:
             conn.close()
 

@@ -1,8 +1,10 @@
 """Worker presence: heartbeats that tell the front process which workers are alive.
 
 Every worker process records a heartbeat on boot and every few seconds after; it
-removes it on clean shutdown, and a killed worker simply stops being "live" once its
-last heartbeat is older than ``LIVE_WORKER_SECONDS``. Where the heartbeats live
+removes it on clean shutdown. A heartbeat names its host and pid (``worker_tag``): one
+of this host whose process no longer runs (``kill -9``, an OOM kill, a crash of a whole
+pool) is not live, whatever its age (:func:`process_gone`); one of another host stops
+being live once it is older than ``LIVE_WORKER_SECONDS``. Where the heartbeats live
 follows the broker: the SQLite broker's file, Redis itself, or (RabbitMQ) a small
 SQLite file next to the index, which sees the index host's workers only.
 
@@ -41,6 +43,9 @@ HEARTBEAT_SECONDS = 5.0
 """How often a worker process records that it is alive."""
 LIVE_WORKER_SECONDS = 15.0
 """A worker whose last heartbeat is older than this is not counted as alive."""
+PID_REUSE_SLACK_SECONDS = 2.0
+"""A process that started this long after a heartbeat was first recorded is not the
+one that recorded it (the boot time and clock ticks of ``/proc`` are coarse)."""
 REDIS_KEY = "rifflux:workers"
 
 
@@ -60,9 +65,63 @@ class PresenceStore(Protocol):
         self, max_age_seconds: float = LIVE_WORKER_SECONDS
     ) -> list[dict[str, Any]]: ...
 
+    def heartbeats(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]: ...
+
 
 def worker_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def process_gone(hostname: str, pid: int, started_at: float | None = None) -> bool:
+    """True if the process of a heartbeat is known not to run: it was on this host and
+    its pid is free, a zombie's, or (``started_at``: when the heartbeat was first
+    recorded) a process started since, which reused the pid. A process of another host,
+    or one that cannot be looked at, is not known to be gone."""
+    if hostname != socket.gethostname():
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            # "pid (comm) state ppid ... starttime(22nd)": comm may hold spaces.
+            fields = stat.read().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return _pid_free(pid)
+    if fields[0] in ("Z", "X"):
+        return True
+    if started_at is None:
+        return False
+    began = _process_start(int(fields[19]))
+    return began is not None and began > started_at + PID_REUSE_SLACK_SECONDS
+
+
+def _pid_free(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _process_start(ticks: int) -> float | None:
+    """Epoch seconds at which a process started ``ticks`` clock ticks after boot."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            boot = next(float(line.split()[1]) for line in stat if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def running(heartbeats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The heartbeats whose process is not known to be gone (:func:`process_gone`)."""
+    return [
+        h
+        for h in heartbeats
+        if not process_gone(str(h["hostname"]), int(h["pid"]), h.get("started_at"))
+    ]
 
 
 class SQLitePresence:
@@ -125,6 +184,10 @@ class SQLitePresence:
         retry_on_busy(run)
 
     def live_workers(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]:
+        return running(self.heartbeats(max_age_seconds))
+
+    def heartbeats(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]:
+        """Every heartbeat younger than ``max_age_seconds``, its process running or not."""
         if not self.path.exists():
             return []
         rows = self._conn().execute(
@@ -137,6 +200,7 @@ class SQLitePresence:
                 "hostname": row["hostname"],
                 "pid": row["pid"],
                 "queues": json.loads(row["queues"]),
+                "started_at": row["started_at"],
                 "last_seen": row["last_seen"],
                 "health": json.loads(row["health"]) if row["health"] else None,
             }
@@ -160,16 +224,20 @@ class RedisPresence:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        # When this process first recorded each of its heartbeats (see process_gone).
+        self._started: dict[str, float] = {}
 
     def record_heartbeat(
         self, worker_id: str, queues: Iterable[str], health: Health | None = None
     ) -> None:
         host, pid, _ = worker_id.split(":", 2)
+        now = time.time()
         entry = {
             "hostname": host,
             "pid": int(pid),
             "queues": sorted(queues),
-            "last_seen": time.time(),
+            "started_at": self._started.setdefault(worker_id, now),
+            "last_seen": now,
             "health": dict(health) if health else None,
         }
         self.client.hset(REDIS_KEY, worker_id, json.dumps(entry))
@@ -185,6 +253,10 @@ class RedisPresence:
                 self.client.hdel(REDIS_KEY, name)
 
     def live_workers(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]:
+        return running(self.heartbeats(max_age_seconds))
+
+    def heartbeats(self, max_age_seconds: float = LIVE_WORKER_SECONDS) -> list[dict[str, Any]]:
+        """Every heartbeat younger than ``max_age_seconds``, its process running or not."""
         cutoff = time.time() - max_age_seconds
         live = []
         for worker_id, raw in sorted(self.client.hgetall(REDIS_KEY).items()):

@@ -280,11 +280,13 @@ def transaction(
     *,
     write: bool = True,
     on_retry: Callable[[int, BaseException], None] | None = None,
+    attempts: int = RETRY_ATTEMPTS,
 ) -> Iterator[sqlite3.Connection]:
     """The one transaction of index code: commit on success, roll back on any exception.
 
     ``write``: ``BEGIN IMMEDIATE``, retried on ``database is locked``/``busy`` with
-    capped exponential backoff (``on_retry`` hears about every retry). Inside an open
+    capped exponential backoff (``on_retry`` hears about every retry; ``attempts``
+    ``BEGIN``s at most, each waiting up to the connection's busy timeout). Inside an open
     transaction it nests as a ``SAVEPOINT``: an exception rolls back only the nested part
     and propagates. ``write=False``: one consistent read snapshot (deferred ``BEGIN``)
     for several reads; inside an open transaction it simply joins it.
@@ -304,7 +306,7 @@ def transaction(
         conn.execute(f"RELEASE {name}")
         return
     if write:
-        retry_on_busy(lambda: conn.execute("BEGIN IMMEDIATE"), on_retry=on_retry)
+        retry_on_busy(lambda: conn.execute("BEGIN IMMEDIATE"), on_retry=on_retry, attempts=attempts)
     else:
         conn.execute("BEGIN")
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
@@ -19,8 +19,18 @@ log = structlog.get_logger(__name__)
 
 
 class AutoReindexer:
-    def __init__(self, queue: JobQueue, roots: Sequence[Path], min_interval_seconds: float) -> None:
+    def __init__(
+        self,
+        queue: JobQueue,
+        roots: Sequence[Path],
+        min_interval_seconds: float,
+        *,
+        after_check: Callable[[], None] | None = None,
+    ) -> None:
+        """``after_check``: run after each check in its thread (the server gives the
+        unfinished jobs a consumer there: a job submitted here waits for none)."""
         self.coalescer = JobCoalescer(queue, roots)
+        self.after_check = after_check
         self.min_interval_seconds = min_interval_seconds
         self._last: float | None = None
         self._lock = threading.Lock()
@@ -41,3 +51,5 @@ class AutoReindexer:
             self.coalescer.changed()
         except Exception:
             log.warning("auto_reindex.failed", exc_info=True)
+        if self.after_check is not None:
+            self.after_check()

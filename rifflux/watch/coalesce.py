@@ -31,6 +31,7 @@ from typing import Protocol
 
 import structlog
 
+from rifflux.errors import IndexLockedError
 from rifflux.index.allowed import real_is_within
 from rifflux.store.jobs import JobRecord
 
@@ -125,9 +126,16 @@ class JobCoalescer:
         if len(self.owed) > MAX_SCOPE_PATHS:
             self.owed = None
 
-    def _submit(self, named: set[str] | None) -> str:
+    def _submit(self, named: set[str] | None) -> str | None:
+        """Submit the job for ``named``; while another process holds the index's write
+        lock, owe it instead (the next tick submits it), so no change is lost."""
         scope = None if named is None or len(named) > MAX_SCOPE_PATHS else sorted(named)
-        self.active_job = self.queue.submit(self.roots, scope=scope)
+        try:
+            self.active_job = self.queue.submit(self.roots, scope=scope)
+        except IndexLockedError as exc:
+            log.warning("watch.submit_postponed", reason=str(exc))
+            self._owe(named)
+            return None
         self.active_scope = None if scope is None else frozenset(scope)
         self.jobs_submitted += 1
         log.info(

@@ -118,6 +118,39 @@ def test_a_scoped_walk_that_meets_a_new_symlink_scans_the_whole_root(tmp_path: P
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
 
 
+def test_a_batch_read_before_a_later_job_does_not_undo_that_job(tmp_path: Path) -> None:
+    """A forced job is planned (its batches' texts read); then files are replaced by
+    directories, deleted, edited, and the watcher's scoped job for them runs to its end;
+    then the forced job's batches land. The index ends as the files are now."""
+    corpus = corpus_of(tmp_path)
+    settings = make_settings(tmp_path)
+    run_job(settings, [corpus])
+    queue = IndexQueue(settings)
+    try:
+        forced_id = queue.submit([corpus], force=True)
+    finally:
+        queue.close()
+    forced_batches: list = []
+    pipeline.plan(
+        settings, plan_request(str(settings.db_path), forced_id), forced_batches.append, [].append
+    )
+    names = sorted(corpus.glob("*.md"))
+    replaced, deleted, edited = names[:3], names[3], names[4]
+    for path in replaced:
+        path.unlink()
+        path.mkdir()
+    (replaced[0] / "inside.md").write_text("# Inside\n\na file in the new directory\n")
+    deleted.unlink()
+    edited.write_text(edited.read_text() + "\n\n## Later\n\nwatcherjobword\n")
+    run_job(settings, [corpus], scope=[*replaced, deleted, edited])
+
+    for request in forced_batches:
+        pipeline.chunk(request, HashEmbedder())
+    record = pipeline.finalize(finalize_request(str(settings.db_path), forced_id))
+    assert record is not None and record.state == "completed"
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
 def test_a_root_never_scanned_whole_is_scanned_whole(tmp_path: Path) -> None:
     corpus = corpus_of(tmp_path)
     settings = make_settings(tmp_path)

@@ -97,3 +97,99 @@ async def test_a_killed_server_leaves_no_pool_and_its_restart_finishes_the_job(
     reference = tree.settings().with_overrides(db_path=tmp_path / "reference" / "index.db")
     Indexer(reference).run([root / "docs"])
     assert index_rows(settings.db_path) == index_rows(reference.db_path)
+
+
+def job_of(queue: IndexQueue, job_id: str) -> JobRecord:
+    return queue.job(job_id) or JobRecord("", [], {}, "")
+
+
+def kill_at_once(pids: list[int]) -> None:
+    """kill -9 of every process, none able to clean up after another: all are stopped
+    first (so no pool reaps a dead worker and forgets its heartbeat), then killed."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    for pid in reversed(pids):
+        os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_server_killed_with_its_pool_and_workers_is_finished_by_an_immediate_restart(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "work"
+    copy_corpus(root / "docs", limit=80)
+    tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
+    settings = tree.settings()
+    log = tmp_path / "server.log"
+    server, _ = start_server(tree, log, "--reindex-on-start", "docs")
+    queue = IndexQueue(settings)
+    try:
+        wait_until(lambda: settings.db_path.exists(), timeout=30)
+        job_id = queue.status()["recent_jobs"][0]["job_id"]
+        attempts = tmp_path / "embed-attempts"
+        wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1, timeout=120)
+        pools = children_of(server.pid)
+        workers = [pid for pool in pools for pid in children_of(pool)]
+        assert pools and workers
+        kill_at_once([server.pid, *pools, *workers])
+        server.wait()
+        # The killed workers' heartbeats are seconds old: they look alive by age alone.
+        assert {w["pid"] for w in queue.presence.heartbeats()} & set(workers)
+        assert not job_of(queue, job_id).finished
+
+        (tmp_path / "gate").touch()
+        server, _ = start_server(tree, log)
+        wait_until(lambda: job_of(queue, job_id).finished, timeout=180)
+    finally:
+        queue.close()
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=60)
+    record = job_of(queue, job_id)
+    assert record.state == "completed", record.errors
+    assert record.files_done == 80
+    reference = tree.settings().with_overrides(db_path=tmp_path / "reference" / "index.db")
+    Indexer(reference).run([root / "docs"])
+    assert index_rows(settings.db_path) == index_rows(reference.db_path)
+
+
+async def test_index_status_starts_a_pool_for_a_job_whose_workers_are_gone(
+    tmp_path: Path, start_workers
+) -> None:
+    root = tmp_path / "work"
+    copy_corpus(root / "docs", limit=40)
+    tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
+    settings = tree.settings()
+    # Workers of another process (as a `rifflux index` run's) serve the server's job...
+    outside = start_workers(
+        settings,
+        module="rifflux_test_actors",
+        RIFFLUX_TEST_EMBED_GATE=str(tmp_path / "gate"),
+        RIFFLUX_TEST_EMBED_ATTEMPTS=str(tmp_path / "embed-attempts"),
+    )
+    queue = IndexQueue(settings)
+    server, port = start_server(tree, tmp_path / "server.log")
+    try:
+        wait_until(queue.index_host_workers, timeout=60)
+        async with http_session(f"http://127.0.0.1:{port}/mcp") as session:
+            submitted = await session.call_tool("reindex", {"path": "docs", "background": True})
+            assert not submitted.is_error, submitted.content
+            job_id = (submitted.structured_content or {})["job_id"]
+            attempts = tmp_path / "embed-attempts"
+            wait_until(lambda: attempts.exists() and attempts.read_text(), timeout=120)
+            # ...and exit before it is done.
+            os.killpg(outside.pid, signal.SIGKILL)
+            outside.wait()
+            (tmp_path / "gate").touch()
+            assert not job_of(queue, job_id).finished
+            status = await session.call_tool("index_status", {})
+            assert not status.is_error
+            wait_until(lambda: job_of(queue, job_id).finished, timeout=180)
+    finally:
+        queue.close()
+        server.terminate()
+        server.wait(timeout=60)
+    record = job_of(queue, job_id)
+    assert record.state == "completed", record.errors
+    reference = tree.settings().with_overrides(db_path=tmp_path / "reference" / "index.db")
+    Indexer(reference).run([root / "docs"])
+    assert index_rows(settings.db_path) == index_rows(reference.db_path)

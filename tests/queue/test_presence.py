@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,3 +103,25 @@ def test_an_older_queue_file_gets_the_health_column(tmp_path: Path) -> None:
     presence.record_heartbeat(worker_tag(), ["rifflux_plan"], {"failing_since": None})
     [live] = presence.live_workers()
     assert live["health"] == {"failing_since": None}
+
+
+def test_a_heartbeat_of_a_process_gone_from_this_host_is_not_live(tmp_path: Path) -> None:
+    presence = SQLitePresence(tmp_path / "queue.db")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    host = socket.gethostname()
+    gone = f"{host}:{ended.pid}:00000000"
+    elsewhere = f"another-host:{ended.pid}:00000000"
+    here = worker_tag()
+    for tag in (gone, elsewhere, here):
+        presence.record_heartbeat(tag, ["rifflux_plan"])
+    # All three are seconds old; the one whose process this host no longer runs is dead.
+    assert {w["worker_id"] for w in presence.heartbeats()} == {gone, elsewhere, here}
+    assert {w["worker_id"] for w in presence.live_workers()} == {elsewhere, here}
+
+    # A heartbeat first recorded before its pid's process started is another process's.
+    conn = sqlite3.connect(tmp_path / "queue.db")
+    with conn:
+        conn.execute("UPDATE workers SET started_at = 0 WHERE worker_id = ?", (here,))
+    conn.close()
+    assert {w["worker_id"] for w in presence.live_workers()} == {elsewhere}

@@ -10,6 +10,7 @@ import watchfiles
 from rifflux_testing import index_rows, make_settings, wait_until
 
 from rifflux.config import Settings
+from rifflux.errors import IndexLockedError
 from rifflux.queue.client import IndexQueue
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index
@@ -210,6 +211,22 @@ class FakeQueue:
 
     def unfinished_job_for(self, paths):
         return None
+
+
+def test_a_change_whose_submit_meets_a_locked_index_is_owed_not_lost() -> None:
+    queue = FakeQueue()
+    coalescer = JobCoalescer(queue, [Path("/docs")])
+    real_submit = queue.submit
+
+    def locked(paths, **kw):
+        raise IndexLockedError("the index /docs/.rifflux/index.db is locked (…)")
+
+    queue.submit = locked  # type: ignore[method-assign]
+    assert coalescer.changed(["/docs/a.md"]) is None
+    assert coalescer.tick() is None  # Still locked: still owed.
+    queue.submit = real_submit  # type: ignore[method-assign]
+    assert coalescer.tick() == "j0"
+    assert queue.scopes["j0"] == ["/docs/a.md"]
 
 
 def test_coalescer_skips_while_queued_and_owes_one_follow_up_while_running() -> None:
