@@ -324,14 +324,17 @@ def _snippet(text: str, width: int = 100) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def format_results(response: dict[str, Any]) -> str:
+def format_results(response: dict[str, Any], short_ids: dict[str, str] | None = None) -> str:
+    """A search response as text; each result shows its chunk id, shortened to
+    ``short_ids[chunk_id]`` (a unique prefix ``get-chunk`` accepts) when given."""
     lines = [f"{response['count']} results for {response['query']!r} ({response['mode']})"]
     for rank, result in enumerate(response["results"], start=1):
         score = ", ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
             for k, v in result["score_breakdown"].items()
         )
-        lines.append(f"{rank:>3}. {result['path']}#{result['chunk_index']}  [{score}]")
+        chunk_id = (short_ids or {}).get(result["chunk_id"], result["chunk_id"])
+        lines.append(f"{rank:>3}. {result['path']}#{result['chunk_index']}  {chunk_id}  [{score}]")
         if result["heading_path"]:
             lines.append(f"     {result['heading_path']}")
         lines.append(f"     {_snippet(result['content'])}")
@@ -348,6 +351,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
         response = service.search_response(SearchRequest.from_arguments(vars(args)))
+        short_ids = None
+        if not args.json:
+            short_ids = service.short_chunk_ids([r["chunk_id"] for r in response["results"]])
     finally:
         service.close()
     if args.json:
@@ -355,14 +361,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         if "warning" in response:
             print(f"rifflux: warning: {response['warning']}", file=sys.stderr)
-        print(format_results(response))
+        print(format_results(response, short_ids))
     return 0
 
 
 def cmd_get_chunk(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        _print_json(service.chunk_with_neighbors(args.chunk_id, args.neighbors))
+        chunk_id = service.resolve_chunk_id(args.chunk_id)
+        _print_json(service.chunk_with_neighbors(chunk_id, args.neighbors))
     finally:
         service.close()
     return 0
