@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shutil
 import sqlite3
@@ -450,13 +451,15 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_status(status: dict[str, Any]) -> None:
-    """``rifflux.status.index_status``'s object as text, one key a line."""
-    for key in ("db_path", "files", "chunks", "embeddings", "embedding_coverage"):
+    """``rifflux.status.index_status``'s object as text, one key a line; fractions as
+    percentages, and a job's files as indexed, unchanged and skipped (not indexed)."""
+    for key in ("db_path", "files", "chunks", "embeddings"):
         print(f"{key:>16}: {status[key]}")
+    print(f"{'embedded':>16}: {_percent(status['embedding_coverage'])} of chunks")
     for root in status["roots"]:
         print(
             f"{'':>18}{root['root']}: {root['files']} files, {root['chunks']} chunks, "
-            f"coverage {root['embedding_coverage']}"
+            f"{_percent(root['embedding_coverage'])} embedded"
         )
     for key in ("generation", "embedding_model"):
         print(f"{key:>16}: {status[key]}")
@@ -470,18 +473,23 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"{'queue depths':>16}: {status['queue_depths']}")
     print(f"{'recent jobs':>16}: {len(status['recent_jobs'])}")
     for job in status["recent_jobs"]:
+        unchanged = job.get("files_unchanged", 0)
+        handled = job["files_done"] + job["files_skipped"] + job["files_failed"]
         print(
-            f"{'':>18}{job['job_id']} {job['state']:<9} files {job['files_done']}"
-            f"+{job['files_skipped']} skipped/{job['files_total']} "
-            f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
+            f"{'':>18}{job['job_id']} {job['state']:<9} "
+            f"{_percent(_fraction(handled, job['files_total']))} of {job['files_total']} "
+            f"files: {job['files_done']} indexed, {unchanged} unchanged, "
+            f"{job['files_skipped'] - unchanged} skipped, {job['files_failed']} failed; "
+            f"{job['chunks_embedded']} chunks embedded"
         )
         if job["state"] == "running":
             lexical, embedding = job["phases"]["lexical"], job["phases"]["embedding"]
             print(
-                f"{'':>20}phase {job['phase']}: keyword-searchable {lexical['files_done']}/"
-                f"{lexical['files_total']} files, embedded {embedding['files_done']}/"
-                f"{embedding['files_total']} files ({embedding['chunks_done']}/"
-                f"{embedding['chunks_total']} chunks)"
+                f"{'':>20}phase {job['phase']}: keyword-searchable "
+                f"{_percent(_fraction(lexical['files_done'], lexical['files_total']))} "
+                f"({lexical['files_done']}/{lexical['files_total']} files), embedded "
+                f"{_percent(_fraction(embedding['chunks_done'], embedding['chunks_total']))} "
+                f"({embedding['chunks_done']}/{embedding['chunks_total']} chunks)"
             )
         if job["stalled"]:
             print(f"{'':>20}stalled: {job['stalled_reason']}")
@@ -492,6 +500,17 @@ def _print_status(status: dict[str, Any]) -> None:
     watcher = status["watcher"]
     print(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
     print(f"{'knowledge':>16}: {_knowledge_line(status['knowledge'])}")
+
+
+def _fraction(done: int, total: int) -> float:
+    """``done`` of ``total`` (1.0 when there is nothing to do), at most 1.0."""
+    return min(done / total, 1.0) if total > 0 else 1.0
+
+
+def _percent(fraction: float) -> str:
+    """A fraction as a percentage rounded down to 0.1, so that anything short of all
+    never reads 100%: 0.9999 is "99.9%", 1.0 "100%"."""
+    return f"{math.floor(fraction * 1000 + 1e-9) / 10:g}%"
 
 
 def _knowledge_line(block: dict[str, Any]) -> str:
