@@ -249,10 +249,13 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
-    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning;
-    chunking and writing; embedding), in files, with the chunk counts beside them."""
-    bars = PhaseProgress(stream)
+def job_progress(
+    stream: Any, clock: Callable[[], float] | None = None
+) -> tuple[Callable[[Any], None], PhaseProgress]:
+    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning
+    and chunking and writing in files, with the chunks written beside them; embedding in
+    chunks, the unit of its work, so its rate and ETA move with every batch)."""
+    bars = PhaseProgress(stream, clock)
 
     def update(record: Any) -> None:
         if not record.planned:
@@ -269,9 +272,9 @@ def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
                     f"{lexical['chunks_done']} chunks",
                 ),
                 "embedding": (
-                    embedding["files_done"],
-                    embedding["files_total"],
-                    f"{embedding['chunks_done']}/{embedding['chunks_total']} chunks",
+                    embedding["chunks_done"],
+                    embedding["chunks_total"],
+                    f"{embedding['files_done']}/{embedding['files_total']} files",
                 ),
             },
         )
