@@ -58,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--no-prune", action="store_true", help="keep files that vanished")
     index.add_argument("--rebuild", action="store_true", help="delete the index and build anew")
     index.add_argument("--json", action="store_true", help="print the report as JSON")
-    index.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    index.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="submit to the workers already running, print the job id and return",
+    )
     index.add_argument(
         "--workers", type=int, help="local worker processes to start if none is alive"
     )
@@ -167,11 +171,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     reindexer = Reindexer(settings)
     try:
         if args.no_wait:
-            job_id = reindexer.submit(roots, force=args.force, prune_missing=not args.no_prune)
-            if not reindexer.queue.index_host_workers():
-                print(
-                    "rifflux: no worker is alive; start one with `rifflux worker`", file=sys.stderr
-                )
+            job_id = reindexer.submit_to_live_workers(
+                roots, force=args.force, prune_missing=not args.no_prune
+            )
             print(json.dumps({"job_id": job_id}) if args.json else job_id)
             return 0
         on_progress, line = job_progress(sys.stderr)

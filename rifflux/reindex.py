@@ -17,6 +17,10 @@ Invariants:
   optional grace for workers booting beside this process (the Procfile's).
 - Submitting and starting workers happen under one lock: callers on several threads
   (MCP tools) never start two pools.
+- A job submitted without waiting (``rifflux index --no-wait``,
+  :meth:`Reindexer.submit_to_live_workers`) is refused, before anything is recorded,
+  when no index-host worker is alive: a local pool stops with the process that started
+  it, and that command returns at once, so the job would wait for a worker nobody starts.
 - A file watcher's pool boots at startup (:meth:`Reindexer.boot_pool`): when no
   index-host worker is alive then, the pool starts at once, so the first edit does not
   wait for the grace and a boot; workers started beside this process that show up
@@ -35,6 +39,8 @@ from typing import Any
 import structlog
 
 from rifflux.config import Settings
+from rifflux.errors import RiffluxError
+from rifflux.index.scan import require_roots
 from rifflux.queue.client import IndexQueue, Launcher, PoolHandle, ProgressCallback
 from rifflux.store.jobs import JobRecord
 from workers.launcher import launch_local_pool
@@ -84,6 +90,25 @@ class Reindexer:
             if start_workers:
                 self.ensure_workers(processes)
             return self.queue.submit(roots, force=force, prune_missing=prune_missing, scope=scope)
+
+    def submit_to_live_workers(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+    ) -> str:
+        """Submit one job for the index-host workers alive now, and return its id; refuse
+        in one line, recording no job, when none is alive (see the module docstring)."""
+        require_roots([Path(root) for root in roots])
+        with self._lock:
+            if not self.queue.index_host_workers():
+                raise RiffluxError(
+                    "no worker is alive to take the job, so --no-wait would leave it "
+                    "queued; start workers with `rifflux worker`, or run `rifflux index` "
+                    "without --no-wait to index with a local pool"
+                )
+            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
 
     def run(
         self,
