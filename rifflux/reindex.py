@@ -18,9 +18,9 @@ Invariants:
 - Submitting and starting workers happen under one lock: callers on several threads
   (MCP tools) never start two pools.
 - A job submitted without waiting (``rifflux index --no-wait``,
-  :meth:`Reindexer.submit_to_live_workers`) is refused, before anything is recorded,
-  when no index-host worker is alive: a local pool stops with the process that started
-  it, and that command returns at once, so the job would wait for a worker nobody starts.
+  :meth:`Reindexer.submit_to_live_workers`) is withdrawn and refused when no index-host
+  worker is alive: a local pool stops with the process that started it, and that
+  command returns at once, so the job would wait for a worker nobody starts.
 - A file watcher's pool boots at startup (:meth:`Reindexer.boot_pool`): when no
   index-host worker is alive then, the pool starts at once, so the first edit does not
   wait for the grace and a boot; workers started beside this process that show up
@@ -40,7 +40,6 @@ import structlog
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
-from rifflux.index.scan import require_roots
 from rifflux.queue.client import IndexQueue, Launcher, PoolHandle, ProgressCallback
 from rifflux.store.jobs import JobRecord
 from workers.launcher import launch_local_pool
@@ -98,17 +97,20 @@ class Reindexer:
         force: bool = False,
         prune_missing: bool = True,
     ) -> str:
-        """Submit one job for the index-host workers alive now, and return its id; refuse
-        in one line, recording no job, when none is alive (see the module docstring)."""
-        require_roots([Path(root) for root in roots])
+        """Submit one job for the index-host workers alive now, and return its id; when
+        none is alive, withdraw the job and refuse in one line (see the module docstring).
+
+        The job is submitted first, so an unusable broker is what a refusal names."""
         with self._lock:
-            if not self.queue.index_host_workers():
-                raise RiffluxError(
-                    "no worker is alive to take the job, so --no-wait would leave it "
-                    "queued; start workers with `rifflux worker`, or run `rifflux index` "
-                    "without --no-wait to index with a local pool"
-                )
-            return self.queue.submit(roots, force=force, prune_missing=prune_missing)
+            job_id = self.queue.submit(roots, force=force, prune_missing=prune_missing)
+            if self.queue.index_host_workers():
+                return job_id
+            self.queue.withdraw(job_id)
+        raise RiffluxError(
+            "no worker is alive to take the job, so --no-wait would leave it queued; "
+            "start workers with `rifflux worker`, or run `rifflux index` without "
+            "--no-wait to index with a local pool"
+        )
 
     def run(
         self,

@@ -148,7 +148,11 @@ def test_other_schema_version_names_the_rebuild_command(tmp_path: Path) -> None:
 
 def test_cancel_a_queued_job_and_refuse_an_unknown_one(tmp_path: Path) -> None:
     copy_corpus(tmp_path / "docs", limit=2)
-    job_id = rifflux(tmp_path, "index", "docs", "--no-wait").stdout.strip()
+    queue = IndexQueue(Settings(db_path=tmp_path / ".rifflux" / "index.db"))
+    try:
+        job_id = queue.submit([tmp_path / "docs"])  # No worker: it stays queued.
+    finally:
+        queue.close()
     cancelled = rifflux(tmp_path, "cancel", job_id)
     assert cancelled.returncode == 0 and job_id in cancelled.stdout
     status = json.loads(rifflux(tmp_path, "status", "--json").stdout)
