@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -58,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--no-prune", action="store_true", help="keep files that vanished")
     index.add_argument("--rebuild", action="store_true", help="delete the index and build anew")
     index.add_argument("--json", action="store_true", help="print the report as JSON")
-    index.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    index.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="submit to the workers already running, print the job id and return",
+    )
     index.add_argument(
         "--workers", type=int, help="local worker processes to start if none is alive"
     )
@@ -184,11 +189,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     reindexer = Reindexer(settings)
     try:
         if args.no_wait:
-            job_id = reindexer.submit(roots, force=args.force, prune_missing=not args.no_prune)
-            if not reindexer.queue.index_host_workers():
-                _say(
-                    "rifflux: no worker is alive; start one with `rifflux worker`", file=sys.stderr
-                )
+            job_id = reindexer.submit_to_live_workers(
+                roots, force=args.force, prune_missing=not args.no_prune
+            )
             print(json.dumps({"job_id": job_id}) if args.json else job_id)
             return 0
         on_progress, line = job_progress(sys.stderr)
@@ -266,10 +269,13 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
-    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning;
-    chunking and writing; embedding), in files, with the chunk counts beside them."""
-    bars = PhaseProgress(stream)
+def job_progress(
+    stream: Any, clock: Callable[[], float] | None = None
+) -> tuple[Callable[[Any], None], PhaseProgress]:
+    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning
+    and chunking and writing in files, with the chunks written beside them; embedding in
+    chunks, the unit of its work, so its rate and ETA move with every batch)."""
+    bars = PhaseProgress(stream, clock)
 
     def update(record: Any) -> None:
         if not record.planned:
@@ -286,9 +292,9 @@ def job_progress(stream: Any) -> tuple[Callable[[Any], None], PhaseProgress]:
                     f"{lexical['chunks_done']} chunks",
                 ),
                 "embedding": (
-                    embedding["files_done"],
-                    embedding["files_total"],
-                    f"{embedding['chunks_done']}/{embedding['chunks_total']} chunks",
+                    embedding["chunks_done"],
+                    embedding["chunks_total"],
+                    f"{embedding['files_done']}/{embedding['files_total']} files",
                 ),
             },
         )
@@ -342,14 +348,17 @@ def _snippet(text: str, width: int = 100) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def format_results(response: dict[str, Any]) -> str:
+def format_results(response: dict[str, Any], short_ids: dict[str, str] | None = None) -> str:
+    """A search response as text; each result shows its chunk id, shortened to
+    ``short_ids[chunk_id]`` (a unique prefix ``get-chunk`` accepts) when given."""
     lines = [f"{response['count']} results for {response['query']!r} ({response['mode']})"]
     for rank, result in enumerate(response["results"], start=1):
         score = ", ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
             for k, v in result["score_breakdown"].items()
         )
-        lines.append(f"{rank:>3}. {result['path']}#{result['chunk_index']}  [{score}]")
+        chunk_id = (short_ids or {}).get(result["chunk_id"], result["chunk_id"])
+        lines.append(f"{rank:>3}. {result['path']}#{result['chunk_index']}  {chunk_id}  [{score}]")
         if result["heading_path"]:
             lines.append(f"     {result['heading_path']}")
         lines.append(f"     {_snippet(result['content'])}")
@@ -366,6 +375,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
         response = service.search_response(SearchRequest.from_arguments(vars(args)))
+        short_ids = None
+        if not args.json:
+            short_ids = service.short_chunk_ids([r["chunk_id"] for r in response["results"]])
     finally:
         service.close()
     if args.json:
@@ -373,14 +385,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         if "warning" in response:
             _say(f"rifflux: warning: {response['warning']}", file=sys.stderr)
-        print(format_results(response))
+        print(format_results(response, short_ids))
     return 0
 
 
 def cmd_get_chunk(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        _print_json(service.chunk_with_neighbors(args.chunk_id, args.neighbors))
+        chunk_id = service.resolve_chunk_id(args.chunk_id)
+        _print_json(service.chunk_with_neighbors(chunk_id, args.neighbors))
     finally:
         service.close()
     return 0
@@ -461,13 +474,15 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_status(status: dict[str, Any]) -> None:
-    """``rifflux.status.index_status``'s object as text, one key a line."""
-    for key in ("db_path", "files", "chunks", "embeddings", "embedding_coverage"):
+    """``rifflux.status.index_status``'s object as text, one key a line; fractions as
+    percentages, and a job's files as indexed, unchanged and skipped (not indexed)."""
+    for key in ("db_path", "files", "chunks", "embeddings"):
         _say(f"{key:>16}: {status[key]}")
+    _say(f"{'embedded':>16}: {_percent(status['embedding_coverage'])} of chunks")
     for root in status["roots"]:
         _say(
             f"{'':>18}{root['root']}: {root['files']} files, {root['chunks']} chunks, "
-            f"coverage {root['embedding_coverage']}"
+            f"{_percent(root['embedding_coverage'])} embedded"
         )
     for key in ("generation", "embedding_model"):
         _say(f"{key:>16}: {status[key]}")
@@ -481,18 +496,23 @@ def _print_status(status: dict[str, Any]) -> None:
         _say(f"{'queue depths':>16}: {status['queue_depths']}")
     _say(f"{'recent jobs':>16}: {len(status['recent_jobs'])}")
     for job in status["recent_jobs"]:
+        unchanged = job.get("files_unchanged", 0)
+        handled = job["files_done"] + job["files_skipped"] + job["files_failed"]
         _say(
-            f"{'':>18}{job['job_id']} {job['state']:<9} files {job['files_done']}"
-            f"+{job['files_skipped']} skipped/{job['files_total']} "
-            f"chunks {job['chunks_embedded']} failed {job['files_failed']}"
+            f"{'':>18}{job['job_id']} {job['state']:<9} "
+            f"{_percent(_fraction(handled, job['files_total']))} of {job['files_total']} "
+            f"files: {job['files_done']} indexed, {unchanged} unchanged, "
+            f"{job['files_skipped'] - unchanged} skipped, {job['files_failed']} failed; "
+            f"{job['chunks_embedded']} chunks embedded"
         )
         if job["state"] == "running":
             lexical, embedding = job["phases"]["lexical"], job["phases"]["embedding"]
             _say(
-                f"{'':>20}phase {job['phase']}: keyword-searchable {lexical['files_done']}/"
-                f"{lexical['files_total']} files, embedded {embedding['files_done']}/"
-                f"{embedding['files_total']} files ({embedding['chunks_done']}/"
-                f"{embedding['chunks_total']} chunks)"
+                f"{'':>20}phase {job['phase']}: keyword-searchable "
+                f"{_percent(_fraction(lexical['files_done'], lexical['files_total']))} "
+                f"({lexical['files_done']}/{lexical['files_total']} files), embedded "
+                f"{_percent(_fraction(embedding['chunks_done'], embedding['chunks_total']))} "
+                f"({embedding['chunks_done']}/{embedding['chunks_total']} chunks)"
             )
         if job["stalled"]:
             _say(f"{'':>20}stalled: {job['stalled_reason']}")
@@ -503,6 +523,17 @@ def _print_status(status: dict[str, Any]) -> None:
     watcher = status["watcher"]
     _say(f"{'watcher':>16}: {'running' if watcher.get('running') else 'not running'}")
     _say(f"{'knowledge':>16}: {_knowledge_line(status['knowledge'])}")
+
+
+def _fraction(done: int, total: int) -> float:
+    """``done`` of ``total`` (1.0 when there is nothing to do), at most 1.0."""
+    return min(done / total, 1.0) if total > 0 else 1.0
+
+
+def _percent(fraction: float) -> str:
+    """A fraction as a percentage rounded down to 0.1, so that anything short of all
+    never reads 100%: 0.9999 is "99.9%", 1.0 "100%"."""
+    return f"{math.floor(fraction * 1000 + 1e-9) / 10:g}%"
 
 
 def _knowledge_line(block: dict[str, Any]) -> str:

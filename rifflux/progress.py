@@ -5,6 +5,7 @@ change when not a terminal)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console
@@ -64,6 +65,9 @@ PHASE_LABELS = {
     "embedding": "embedding",
 }
 BAR_LABELS = {"scanning": "scanning", "lexical": "chunk+write", "embedding": "embedding"}
+# What each phase counts: its rate and ETA are in the units its work comes in. Embedding
+# works through chunks (a file of 500 chunks is one file done only at its end).
+PHASE_UNITS = {"scanning": "files", "lexical": "files", "embedding": "chunks"}
 
 
 class _Rate(ProgressColumn):
@@ -78,14 +82,15 @@ class PhaseProgress:
     """One live bar per phase of a reindex job (rich), with counts, a rate and an ETA.
 
     ``update(phase, counts)`` takes the job's current phase and ``{phase: (done, total,
-    detail)}``. On a terminal the bars redraw in place; otherwise each phase change prints
-    one line (``rifflux: <phase>: <done>/<total> ...``), so a log shows when each phase
-    began. Either way it writes to ``stream`` (stderr), never to stdout.
+    detail)}``, each phase counted in its :data:`PHASE_UNITS`. On a terminal the bars
+    redraw in place; otherwise each phase change prints one line (``rifflux: <phase>:
+    <done>/<total> <unit> ...``), so a log shows when each phase began. Either way it
+    writes to ``stream`` (stderr), never to stdout. ``clock``: seconds for the rates and
+    ETAs (default rich's, ``time.monotonic``).
     """
 
-    def __init__(self, stream: TextIO, unit: str = "files") -> None:
+    def __init__(self, stream: TextIO, clock: Callable[[], float] | None = None) -> None:
         self.stream = stream
-        self.unit = unit
         self.live = stream.isatty()
         self.last_phase: str | None = None
         self._tasks: dict[str, TaskID] = {}
@@ -100,6 +105,7 @@ class PhaseProgress:
                 TextColumn("{task.fields[detail]}"),
                 console=Console(file=stream),
                 transient=False,
+                get_time=clock,
             )
             self._progress.start()
 
@@ -111,14 +117,15 @@ class PhaseProgress:
                 done, total, detail = counts[name]
                 if name not in self._tasks:
                     self._tasks[name] = self._progress.add_task(
-                        label, total=total, unit=self.unit, detail=detail
+                        label, total=total, unit=PHASE_UNITS[name], detail=detail
                     )
                 self._progress.update(self._tasks[name], completed=done, total=total, detail=detail)
         elif phase != self.last_phase:
             line = f"rifflux: {PHASE_LABELS.get(phase, phase)}"
             if phase in counts:
                 done, total, detail = counts[phase]
-                line += f": {done}/{total if total is not None else '?'} {self.unit}"
+                unit = PHASE_UNITS.get(phase, "files")
+                line += f": {done}/{total if total is not None else '?'} {unit}"
                 line += f" {detail}" if detail else ""
             print(line, file=self.stream, flush=True)
         self.last_phase = phase

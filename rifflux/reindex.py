@@ -23,6 +23,10 @@ Invariants:
   auto-reindex check) starts a local pool when no index-host worker is alive, first
   forgetting the heartbeats of this host's workers whose process is gone; where no pool
   can start, the stalled jobs are failed with the reason.
+- A job submitted without waiting (``rifflux index --no-wait``,
+  :meth:`Reindexer.submit_to_live_workers`) is withdrawn and refused when no index-host
+  worker is alive: a local pool stops with the process that started it, and that
+  command returns at once, so the job would wait for a worker nobody starts.
 - A file watcher's pool boots at startup (:meth:`Reindexer.boot_pool`): when no
   index-host worker is alive then, the pool starts at once, so the first edit does not
   wait for the grace and a boot; workers started beside this process that show up
@@ -89,6 +93,27 @@ class Reindexer:
         if start_workers:
             self.ensure_workers(processes)
         return self.queue.submit(roots, force=force, prune_missing=prune_missing, scope=scope)
+
+    def submit_to_live_workers(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        force: bool = False,
+        prune_missing: bool = True,
+    ) -> str:
+        """Submit one job for the index-host workers alive now, and return its id; when
+        none is alive, withdraw the job and refuse in one line (see the module docstring).
+
+        The job is submitted first, so an unusable broker is what a refusal names."""
+        job_id = self.queue.submit(roots, force=force, prune_missing=prune_missing)
+        if self.queue.index_host_workers():
+            return job_id
+        self.queue.withdraw(job_id)
+        raise RiffluxError(
+            "no worker is alive to take the job, so --no-wait would leave it queued; "
+            "start workers with `rifflux worker`, or run `rifflux index` without "
+            "--no-wait to index with a local pool"
+        )
 
     def run(
         self,

@@ -52,7 +52,9 @@ class IndexReport:
     one way (:meth:`lines`) by the CLI; the MCP ``reindex`` tool reads the same fields.
 
     ``files_skipped`` counts every scanned file not (re)indexed: unchanged, only its
-    mtime refreshed, or skipped with a reason (listed in ``skipped``).
+    mtime refreshed, or skipped with a reason (listed in ``skipped``). The text says
+    "unchanged" for the first two (``files_unchanged``; a queued job's includes the
+    mtime-only refreshes) and "skipped" only for files that were not indexed.
     """
 
     roots: list[str]
@@ -90,6 +92,7 @@ class IndexReport:
             job_id=record.id,
             state=record.state,
             files_skipped=record.files_skipped,
+            files_unchanged=record.files_unchanged,
             files_failed=record.files_failed,
             errors=list(record.errors),
         )
@@ -102,12 +105,19 @@ class IndexReport:
         data["skipped"] = self.skipped_dicts()
         return data
 
+    @property
+    def files_left_as_they_were(self) -> int:
+        """Scanned files whose rows stayed: unchanged, or only their mtime refreshed."""
+        return self.files_unchanged + self.files_metadata_only
+
     def lines(self) -> list[str]:
         """The human-readable report: one summary line, then errors and skipped files."""
         head = f"job {self.job_id} {self.state}: " if self.job_id else ""
+        unchanged = self.files_left_as_they_were
         lines = [
             f"{head}indexed {self.files_indexed} files ({self.chunks_written} chunks, "
-            f"{self.vectors_new} embedded), skipped {self.files_skipped}, "
+            f"{self.vectors_new} embedded), unchanged {unchanged}, "
+            f"skipped {self.files_skipped - unchanged}, "
             f"deleted {self.files_deleted}, failed {self.files_failed} "
             f"in {self.duration_s:.2f}s"
         ]

@@ -431,6 +431,7 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
                 batches_total=found.batches + len(embed_batches),
                 batches_written=len(embed_batches),
                 files_skipped=found.skipped_count + found.unchanged + found.metadata,
+                files_unchanged=found.unchanged + found.metadata,
             )
             IndexWriter(conn).add_indexed_roots(found.root_prefixes)
     log.info(

@@ -31,6 +31,10 @@ Layers of the app, outermost first, each refusing before anything behind it runs
    limit (the same ``MAX_REQUEST_BODY_BYTES``), and a session idle for
    ``RIFFLUX_HTTP_SESSION_IDLE_SECONDS`` is closed.
 
+Right behind the head limit, ``GET /health`` (:class:`HealthRoute`) answers
+``{"status": "ok", "name": "rifflux", "version", "mcp_path"}`` without a token: it says
+only that a Rifflux server answers here, for a supervisor or a person checking the port.
+
 A server that would listen beyond loopback without ``RIFFLUX_HTTP_TOKEN`` does not
 start (:func:`check_bind`, which ``run_server`` calls before anything else): anyone who
 can reach the port could search and read the indexed files. The Host check is no
@@ -55,10 +59,11 @@ import structlog
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import ConfigError
 from rifflux.mcp.http_sessions import InFlightLimiter, SessionLimiter, delete_session
@@ -68,6 +73,8 @@ log = structlog.get_logger(__name__)
 
 MCP_PATH = "/mcp"
 """Where the streamable HTTP endpoint is mounted."""
+HEALTH_PATH = "/health"
+"""Where :class:`HealthRoute` answers, token or not."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """Hosts the DNS-rebinding protection accepts (any port)."""
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
@@ -323,6 +330,33 @@ class WholeBodyFirst:
         await response(scope, receive, send)
 
 
+class HealthRoute:
+    """``GET``/``HEAD /health``: a small JSON status, before the bearer check. It holds
+    nothing private (no path, no index content, no settings), so it needs no token."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._body = {
+            "status": "ok",
+            "name": "rifflux",
+            "version": __version__,
+            "mcp_path": MCP_PATH,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != HEALTH_PATH:
+            await self.app(scope, receive, send)
+            return
+        response: Response
+        if scope["method"] in ("GET", "HEAD"):
+            response = JSONResponse(self._body, headers={"Cache-Control": "no-store"})
+        else:
+            response = PlainTextResponse(
+                f"{HEALTH_PATH} answers GET only", status_code=405, headers={"Allow": "GET, HEAD"}
+            )
+        await response(scope, receive, send)
+
+
 # -- how long a request may take to arrive ---------------------------------------------
 
 
@@ -455,7 +489,7 @@ def http_app(
     app: ASGIApp = WholeBodyFirst(limiter, MAX_REQUEST_BODY_BYTES, MAX_ARRIVING_BODY_BYTES)
     if settings.http_token:
         app = BearerTokenMiddleware(app, settings.http_token)
-    return HeadLimitMiddleware(app), limiter
+    return HeadLimitMiddleware(HealthRoute(app)), limiter
 
 
 async def serve_http(

@@ -490,6 +490,33 @@ def _announce(host: str, port: int) -> None:
     print(serving_line(host, port), file=sys.stderr, flush=True)
 
 
+def _serve_stdio(server: RiffluxServer, in_main_thread: bool) -> None:
+    """Serve over stdio until the client closes stdin, or until SIGINT (Ctrl-C on a
+    terminal) or SIGTERM reaches the main thread.
+
+    The SDK reads stdin in a worker thread that no cancellation reaches: served from the
+    main thread, an interrupt would wait there for the next line. So the server runs in a
+    daemon thread (its worker threads are daemons too) while the main thread waits for
+    it, and an interrupt unwinds through ``run_server``'s cleanup at once.
+    """
+    if not in_main_thread:
+        anyio.run(server.run_stdio_async)
+        return
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            anyio.run(server.run_stdio_async)
+        except BaseException as exc:  # Re-raised in the main thread.
+            failures.append(exc)
+
+    thread = threading.Thread(target=serve, name="rifflux-stdio", daemon=True)
+    thread.start()
+    thread.join()  # Interrupted by KeyboardInterrupt, or a signal handler's SystemExit.
+    if failures:
+        raise failures[0]
+
+
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # SystemExit unwinds through run_server's finally, which stops a local worker pool.
     sys.exit(128 + signum)
@@ -587,7 +614,7 @@ def run_server(
         log.info("mcp.server_starting", transport=transport, db_path=str(context.settings.db_path))
         port = port or settings.http_port
         if transport == "stdio":
-            anyio.run(server.run_stdio_async)
+            _serve_stdio(server, in_main_thread)
         elif settings.http_workers > 1:
             _serve_http_workers(context, host, port, settings.http_workers)
         else:

@@ -205,6 +205,15 @@ class IndexQueue:
         with self._lock:
             self.broker.enqueue(names.plan_message(str(self.db_path), job_id))
 
+    def withdraw(self, job_id: str) -> None:
+        """Delete a job no worker has taken. Its plan message stays in the broker: the
+        worker that takes it finds no job and does nothing."""
+        conn = open_index(self.db_path)
+        try:
+            jobs.delete_job(conn, job_id)
+        finally:
+            conn.close()
+
     def unfinished_job_for(
         self, paths: Sequence[Path | str], *, force: bool = False, prune_missing: bool = True
     ) -> str | None:

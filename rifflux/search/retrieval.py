@@ -82,6 +82,55 @@ def get_chunk(conn: sqlite3.Connection, chunk_id: str) -> dict[str, Any]:
         return chunk_details(reader, [row])[0]
 
 
+MIN_CHUNK_ID_PREFIX = 8
+"""Hex digits of a chunk id that a short id shows and a prefix must give, at least."""
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def resolve_chunk_id(conn: sqlite3.Connection, given: str) -> str:
+    """The full chunk id that ``given`` (a full id, or a unique prefix of at least
+    :data:`MIN_CHUNK_ID_PREFIX` hex digits, as ``rifflux search`` shows it) names."""
+    prefix = given.strip().lower()
+    if len(prefix) < MIN_CHUNK_ID_PREFIX or not set(prefix) <= _HEX:
+        raise NotFoundError(
+            f"{echo(given)} is not a chunk id; give the id, or at least its first "
+            f"{MIN_CHUNK_ID_PREFIX} hex digits, as search results show it"
+        )
+    with transaction(conn, write=False):
+        count, first = IndexReader(conn).chunk_ids_with_prefix(prefix)
+    if count == 0 or first is None:
+        raise NotFoundError(f"no chunk with id {echo(given)} in the index")
+    if count > 1:
+        raise NotFoundError(
+            f"chunk id prefix {echo(given)} matches {count} chunks; give more of its hex digits"
+        )
+    return str(first)
+
+
+def short_chunk_ids(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, str]:
+    """``{chunk_id: its shortest unique prefix}`` in the index, at least
+    :data:`MIN_CHUNK_ID_PREFIX` digits: what :func:`resolve_chunk_id` takes back."""
+    reader = IndexReader(conn)
+    short = {}
+    with transaction(conn, write=False):
+        for chunk_id in chunk_ids:
+            length = MIN_CHUNK_ID_PREFIX
+            for other in reader.chunk_ids_beside(chunk_id):
+                if other is not None:
+                    length = max(length, _shared_prefix(chunk_id, other) + 1)
+            short[chunk_id] = chunk_id[:length]
+    return short
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+        shared += 1
+    return shared
+
+
 def chunk_with_neighbors(conn: sqlite3.Connection, chunk_id: str, count: int) -> dict[str, Any]:
     """``{chunk}``; with ``count`` ≥ 1 also ``before`` and ``after``: up to that many
     chunks of the same file on each side, in file order (one read snapshot). ``count``

@@ -38,7 +38,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -302,6 +302,17 @@ class SearchService:
     def get_chunk(self, chunk_id: str) -> dict[str, Any]:
         """A chunk as search results show it, with ``headings`` added."""
         return retrieval.get_chunk(self.connection(), chunk_id)
+
+    @_reports_damage
+    def resolve_chunk_id(self, given: str) -> str:
+        """The full id of a chunk named by its id or a unique prefix of at least 8 hex
+        digits (``retrieval.resolve_chunk_id``)."""
+        return retrieval.resolve_chunk_id(self.connection(), given)
+
+    @_reports_damage
+    def short_chunk_ids(self, chunk_ids: Sequence[str]) -> dict[str, str]:
+        """Each chunk id's shortest unique prefix, 8 hex digits or more."""
+        return retrieval.short_chunk_ids(self.connection(), chunk_ids)
 
     @_reports_damage
     def chunk_with_neighbors(self, chunk_id: str, neighbors: object = 0) -> dict[str, Any]:

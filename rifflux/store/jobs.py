@@ -56,6 +56,9 @@ class JobRecord:
     chunks_written: int = 0
     batches_written: int = 0
     chunks_to_embed: int = 0
+    # Of ``files_skipped`` (every scanned file not rewritten), those left as they were:
+    # unchanged, or only their mtime refreshed; the rest were not indexed (``skipped``).
+    files_unchanged: int = 0
     # The plan step's results: persisted once, with the job's batches.
     planned: bool = False
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -133,6 +136,7 @@ class JobRecord:
             "files_total": self.files_total,
             "files_done": self.files_done,
             "files_skipped": self.files_skipped,
+            "files_unchanged": self.files_unchanged,
             "files_failed": self.files_failed,
             "files_deleted": self.files_deleted,
             "chunks_embedded": self.chunks_embedded,
@@ -149,6 +153,7 @@ class JobRecord:
 
 
 def _record(row: sqlite3.Row) -> JobRecord:
+    columns = row.keys()  # (``in row`` would test its values)
     return JobRecord(
         id=row["id"],
         roots=json.loads(row["roots"]),
@@ -169,6 +174,8 @@ def _record(row: sqlite3.Row) -> JobRecord:
         chunks_written=row["chunks_written"],
         batches_written=row["batches_written"],
         chunks_to_embed=row["chunks_to_embed"],
+        # A read-only reader of an index no writer has opened since the column came.
+        files_unchanged=row["files_unchanged"] if "files_unchanged" in columns else 0,
         planned=bool(row["planned"]),
         skipped=json.loads(row["skipped"]),
         prune_paths=json.loads(row["prune_paths"]),

@@ -277,6 +277,26 @@ class IndexReader:
         ).fetchone()
         return row
 
+    def chunk_ids_with_prefix(self, prefix: str) -> tuple[int, str | None]:
+        """(how many chunk ids begin with the lowercase hex ``prefix``, the first of them):
+        a range scan of the ``chunk_id`` index (ids are lowercase hex, all below "g")."""
+        count, first = self.conn.execute(
+            "SELECT COUNT(*), MIN(chunk_id) FROM chunks WHERE chunk_id >= ? AND chunk_id < ?",
+            (prefix, prefix + "g"),
+        ).fetchone()
+        return int(count), first
+
+    def chunk_ids_beside(self, chunk_id: str) -> tuple[str | None, str | None]:
+        """The chunk ids just before and just after ``chunk_id`` in sorted order (two
+        seeks of the ``chunk_id`` index): the ids sharing the longest prefix with it."""
+        before = self.conn.execute(
+            "SELECT MAX(chunk_id) FROM chunks WHERE chunk_id < ?", (chunk_id,)
+        ).fetchone()[0]
+        after = self.conn.execute(
+            "SELECT MIN(chunk_id) FROM chunks WHERE chunk_id > ?", (chunk_id,)
+        ).fetchone()[0]
+        return before, after
+
     def headings_of_rowids(self, rowids: Iterable[int]) -> dict[int, str | None]:
         """``{rowid: headings column}`` of chunk ``rowids`` (rifflux.store.rows); every
         value None in an older index, which has no such column until a writer opens it."""

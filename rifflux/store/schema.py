@@ -128,6 +128,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     chunks_written  INTEGER NOT NULL DEFAULT 0,
     batches_written INTEGER NOT NULL DEFAULT 0,
     chunks_to_embed INTEGER NOT NULL DEFAULT 0,
+    -- Of files_skipped, those left as they were (unchanged, or only their mtime refreshed).
+    files_unchanged INTEGER NOT NULL DEFAULT 0,
     created_at      REAL NOT NULL,
     started_at      REAL,
     finished_at     REAL,
@@ -319,6 +321,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("chunks_written", "INTEGER NOT NULL DEFAULT 0"),
         ("batches_written", "INTEGER NOT NULL DEFAULT 0"),
         ("chunks_to_embed", "INTEGER NOT NULL DEFAULT 0"),
+        ("files_unchanged", "INTEGER NOT NULL DEFAULT 0"),
     ),
 }
 

@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from rifflux_testing import copy_corpus
+from rifflux_testing import copy_corpus, wait_until
 
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
+from rifflux.queue.client import IndexQueue
+from rifflux.store.connection import open_index
+from rifflux.store.jobs import recent_jobs
 
 
 def rifflux(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -69,12 +72,41 @@ def test_index_starts_a_local_pool_waits_and_leaves_nothing_running(tmp_path: Pa
     assert status["live_workers"] == {"count": 0, "workers": []}
 
 
-def test_no_wait_returns_the_job_id_and_warns_without_workers(tmp_path: Path) -> None:
+def test_no_wait_without_a_live_worker_refuses_in_one_line_and_records_no_job(
+    tmp_path: Path,
+) -> None:
     copy_corpus(tmp_path / "docs", limit=2)
-    queued = rifflux(tmp_path, "index", "docs", "--no-wait")
-    assert queued.returncode == 0
-    assert len(queued.stdout.strip()) == 32
-    assert "no worker is alive" in queued.stderr
+    refused = rifflux(tmp_path, "index", "docs", "--no-wait")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith("rifflux: error: no worker is alive to take the job")
+    assert "`rifflux worker`" in refused.stderr and refused.stderr.count("\n") == 1
+    db = tmp_path / ".rifflux" / "index.db"
+    if db.exists():
+        conn = open_index(db)
+        try:
+            assert recent_jobs(conn, 10) == []
+        finally:
+            conn.close()
+
+
+@pytest.mark.slow
+def test_no_wait_hands_the_job_to_the_live_workers_and_returns(
+    tmp_path: Path, start_workers
+) -> None:
+    copy_corpus(tmp_path / "docs", limit=3)
+    settings = Settings(db_path=tmp_path / ".rifflux" / "index.db", embedding_backend="hash")
+    start_workers(settings)
+    queue = IndexQueue(settings)
+    try:
+        wait_until(queue.index_host_workers)
+        queued = rifflux(tmp_path, "index", "docs", "--no-wait")
+        assert queued.returncode == 0, queued.stderr
+        job_id = queued.stdout.strip()
+        assert len(job_id) == 32 and queued.stderr == ""
+        finished = wait_until(lambda: (job := queue.job(job_id)) and job.finished and job)
+        assert finished.state == "completed" and finished.files_done == 3
+    finally:
+        queue.close()
 
 
 @pytest.mark.parametrize(
@@ -116,7 +148,11 @@ def test_other_schema_version_names_the_rebuild_command(tmp_path: Path) -> None:
 
 def test_cancel_a_queued_job_and_refuse_an_unknown_one(tmp_path: Path) -> None:
     copy_corpus(tmp_path / "docs", limit=2)
-    job_id = rifflux(tmp_path, "index", "docs", "--no-wait").stdout.strip()
+    queue = IndexQueue(Settings(db_path=tmp_path / ".rifflux" / "index.db"))
+    try:
+        job_id = queue.submit([tmp_path / "docs"])  # No worker: it stays queued.
+    finally:
+        queue.close()
     cancelled = rifflux(tmp_path, "cancel", job_id)
     assert cancelled.returncode == 0 and job_id in cancelled.stdout
     status = json.loads(rifflux(tmp_path, "status", "--json").stdout)

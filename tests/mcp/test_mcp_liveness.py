@@ -5,8 +5,9 @@ files 120 folders deep. The backtracking regex of before held the GIL for hours 
 first of those paths (C(100, 120) ways to place the ``**/``s), so the server answered
 nothing, not even ``initialize``. Now the automaton costs seconds of real CPU in all,
 and the search deadline (4 s here) ends the call with one line. While it runs, another
-HTTP session initializes, reads ``index_status`` and searches, each within 1 s (the
-server's short GIL switch interval: 0.2-0.4 s measured; the values are printed).
+HTTP session initializes, reads ``index_status`` and searches, all answered before the
+hostile call ends (the server's short GIL switch interval: 0.2-0.4 s each measured on an
+idle machine; the values are printed, not asserted: they depend on the machine's load).
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ from rifflux.index.indexer import Indexer
 pytestmark = pytest.mark.anyio
 
 DEADLINE_S = 4
-# Each answer well within the hostile call's deadline. Measured 0.01-0.38 s on an idle
-# 2-core VM; 1.08 s for index_status once on a slow one, so the bound leaves room (a
-# server blocked by the hostile call answers only after it, which the last assertion
-# catches whatever the machine).
-ANSWER_WITHIN_S = 2.0
+# How long past its deadline the hostile call may end: a bound for a loaded machine, not
+# a measure (the deadline ends it within a second on an idle one).
+OVERRUN_BOUND_S = 30
 HOSTILE_GLOBS = ["**/" * 100 + f"*b{i}" for i in range(100)]
 TIMEOUT_MESSAGE = (
     f"search timed out after {DEADLINE_S} s (RIFFLUX_SEARCH_TIMEOUT_SECONDS); "
@@ -140,14 +139,14 @@ async def test_other_sessions_answer_while_a_hostile_search_runs(server_url: str
     print(f"answers while a hostile search ran (s): {timings}")
     assert not status.is_error and status.structured_content["files"] == 2001  # type: ignore[attr-defined]
     assert [r["path"] for r in found.structured_content["results"]] == ["docs/garden.md"]  # type: ignore[attr-defined]
-    assert all(seconds <= ANSWER_WITHIN_S for seconds in timings.values()), timings
-    assert answered < hostile["end"], "the hostile search ended before the others answered"
+    # A server blocked by the hostile call answers the others only after it.
+    assert answered < hostile["end"], f"the hostile search ended first; answers: {timings}"
     result = hostile["result"]
     took = float(hostile["end"]) - float(hostile["start"])  # type: ignore[arg-type]
     print(f"hostile search ended after {took:.1f} s")
     assert result.is_error, result  # type: ignore[attr-defined]
     assert result.content[0].text == TIMEOUT_MESSAGE  # type: ignore[attr-defined]
-    assert took < DEADLINE_S + 10
+    assert took < DEADLINE_S + OVERRUN_BOUND_S
 
 
 def test_the_cli_answers_the_hostile_glob_promptly(tmp_path: Path) -> None:

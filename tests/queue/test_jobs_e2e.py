@@ -57,7 +57,7 @@ def test_two_worker_processes_store_exactly_what_one_process_stores(
     # A second job over the unchanged corpus embeds nothing and changes nothing.
     again = run_job(settings, corpus)
     assert (again.state, again.files_done, again.chunks_embedded) == ("completed", 0, 0)
-    assert again.files_skipped == 200
+    assert again.files_skipped == again.files_unchanged == 200
     assert index_rows(settings.db_path) == stored
 
 
