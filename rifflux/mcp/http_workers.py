@@ -148,7 +148,15 @@ class HttpWorkers:
             args=(index, self.sock, ready, os.getpid()),
             name=f"rifflux-http-{index}",
         )
-        process.start()
+        # The worker starts with SIGINT blocked (a mask survives fork and exec): Ctrl-C
+        # on a terminal reaches the whole process group, and only this supervisor acts
+        # on it, stopping the workers with SIGTERM. A worker still importing would
+        # otherwise die of it with a traceback. A SIGINT meanwhile waits for the unblock.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return _Worker(index, process, ready)
 
     def _on_pool_signal(self, signum: int, frame: FrameType | None) -> None:
