@@ -20,6 +20,7 @@ from rifflux.search.budget import (
     estimate_tokens,
     excerpt,
     fit_results,
+    response_tokens,
 )
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
@@ -210,7 +211,10 @@ def test_get_file_max_tokens_keeps_chunks_in_order_and_cuts_the_next(
     whole = guide.get_file("docs/long.md")
     fitted = guide.get_file("docs/long.md", max_tokens=500)
     chunks = fitted["chunks"]
-    assert fitted["budget"]["used_tokens"] == sum(c["tokens"] for c in chunks) <= 500
+    # The budget is the whole answer's, as the MCP tool and get-file --json send it.
+    used = fitted["budget"]["used_tokens"]
+    assert used == response_tokens({"file": fitted}) <= 500
+    assert sum(c["tokens"] for c in chunks) < used
     assert fitted["budget"]["dropped"] == len(whole["chunks"]) - len(chunks) > 0
     assert [c["chunk_index"] for c in chunks] == list(range(len(chunks)))
     assert all(not c["truncated"] for c in chunks[:-1]) and chunks[-1]["truncated"]
