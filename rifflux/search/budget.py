@@ -304,11 +304,10 @@ def fit_response(texts: Sequence[str], fit: Fit, render: Render, max_tokens: int
     compact JSON, is at most ``max_tokens`` estimated tokens; its ``used_tokens`` is the
     response's own estimate.
 
-    Only as many texts take part as fit with their metadata and a short excerpt each
-    (``MIN_EXCERPT_TOKENS``, or the text if shorter); ``fit`` then shares the room their
-    metadata leaves, and the room shrinks by any excess the serialized response shows.
-    When texts at the end are left out, the room their metadata held goes to the others
-    (fitted again without all but the first of them).
+    The first ``n`` texts take part, for the largest ``n`` (found by bisection, at most
+    as many as fit with their metadata and ``MIN_EXCERPT_TOKENS`` each) for which ``fit``
+    keeps a part of every one of them in the room their metadata leaves; that room
+    shrinks by any excess the serialized response shows (JSON escaping).
     """
 
     def size(fitted: Sequence[Fitted | None]) -> int:
@@ -333,17 +332,16 @@ def fit_response(texts: Sequence[str], fit: Fit, render: Render, max_tokens: int
             low = middle
         else:
             high = middle - 1
-    best = fit_first(low)
-    while True:
-        # The texts after the last one kept, and one more that may now fit cut.
-        taken = max((i + 1 for i, one in enumerate(best) if one is not None), default=0)
-        if taken + 1 >= low:
-            break
-        low = taken + 1
-        again = fit_first(low)
-        if _kept(again) < _kept(best):
-            break
-        best = again
+    # The most texts that all keep a part (or a whole) in the room their metadata leaves.
+    best: Sequence[Fitted | None] = []
+    high, low = low, 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        fitted = fit_first(middle)
+        if _kept(fitted) == middle:
+            low, best = middle, fitted
+        else:
+            high = middle - 1
     return _with_used_tokens(render, best)
 
 
