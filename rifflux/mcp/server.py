@@ -18,6 +18,12 @@ Watched and reindex-on-start paths must lie inside the server's allowed roots. A
 started in ``/``, a home directory or a parent of one without ``RIFFLUX_ALLOWED_ROOTS``
 has no default root: it logs one warning at start (``mcp.no_allowed_roots``).
 
+A successful answer's text content is its structured content as compact JSON; the
+tools keep it to ``RIFFLUX_MAX_RESPONSE_TOKENS`` (or the call's ``max_tokens``), and one
+still larger is a one-line error (:func:`compact_result`). The tool list is written for
+an agent's context: dedented descriptions that say when to use each tool, input schemas
+without derived titles or null defaults, no output schemas (docs/mcp.md).
+
 The HTTP transport (bind check, bearer token, session cap, request deadlines) is
 ``http.py``.
 """
