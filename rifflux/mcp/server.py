@@ -232,8 +232,8 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Index new or changed files so searches find them: after files were added,
-        edited or deleted, or when a search misses a file. Waits for the job and returns
-        its counts, or with background=true {job_id, status} at once."""
+        edited or deleted, or when a search misses a file. Waits for the job unless
+        background is true."""
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(
             tools.reindex, ctx, path, paths, force, prune_missing, background, roots

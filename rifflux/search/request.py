@@ -581,8 +581,7 @@ class SearchRequest:
     status: str | None = field(
         default=None,
         metadata=_spec(
-            description="Only files with this status (a decision's, e.g. accepted, or "
-            "front matter's).",
+            description="Only files with this status (e.g. accepted).",
             json_schema={"type": "string"},
             check=check_status,
             metavar="STATUS",
@@ -593,9 +592,8 @@ class SearchRequest:
     max_tokens: int | None = field(
         default=None,
         metadata=_spec(
-            description="Token budget of the whole answer: later results are cut or dropped, "
-            "each then with tokens and truncated, the answer with a budget. Omitted: "
-            "the MCP server's limit.",
+            description="Token budget of the whole answer: later results are cut or "
+            "dropped (over MCP, omitted means the server's limit).",
             json_schema={
                 "type": ["integer", "null"],
                 "minimum": MIN_MAX_TOKENS,
