@@ -95,6 +95,18 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+MAX_RESPONSE_TOKENS_RANGE = (50, 100_000)
+"""What RIFFLUX_MAX_RESPONSE_TOKENS accepts besides 0 (off): ``max_tokens``' own range."""
+
+
+def _response_tokens(raw: str) -> int:
+    value = int(raw)
+    low, high = MAX_RESPONSE_TOKENS_RANGE
+    if value != 0 and not low <= value <= high:
+        raise ValueError(f"expected 0 (no limit) or an integer from {low} to {high}")
+    return value
+
+
 def _positive_float(raw: str) -> float:
     value = float(raw)
     if not value > 0:
@@ -258,6 +270,10 @@ class Settings:
     # (rifflux.search.deadline): SQLite work is interrupted, Python loops check between
     # pieces, so one hostile call cannot hold the server.
     search_timeout_seconds: float = 10.0
+    # The size, in estimated tokens of its compact JSON, that an MCP tool's answer keeps
+    # to when the call gives no max_tokens: search results are trimmed as max_tokens
+    # trims them, files cut in order, and the answer says so (budget). 0: no limit.
+    max_response_tokens: int = 20_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -330,6 +346,7 @@ class Settings:
         read("ALLOW_DB_PATH", "allow_db_path", _parse_bool)
         read("ALLOW_SECRET_PATHS", "allow_secret_paths", _parse_bool)
         read("SEARCH_TIMEOUT_SECONDS", "search_timeout_seconds", _positive_float)
+        read("MAX_RESPONSE_TOKENS", "max_response_tokens", _response_tokens)
         settings = cls(**overrides)
         if settings.min_chunk_chars > settings.max_chunk_chars:
             if "min_chunk_chars" not in overrides:

@@ -40,7 +40,7 @@ from typing import Any
 
 from rifflux.errors import RiffluxError
 from rifflux.search.ranking import REPAIR_HINT
-from rifflux.search.service import SearchService
+from rifflux.search.service import SearchService, coverage
 from rifflux.search.snapshot import IndexSnapshot
 from rifflux.store import knowledge
 from rifflux.store.connection import transaction
@@ -51,14 +51,6 @@ from rifflux.watch.watcher import read_watcher_state
 
 MAX_TAGS = 50
 """How many tags (the most used) the ``knowledge`` block lists; ``tags_total`` counts all."""
-
-
-def coverage(embedded: int, chunks: int) -> float:
-    """Embedded chunks ÷ chunks, rounded to 4 places (1.0 when there are no chunks); below
-    1.0 whenever a chunk lacks its vector, however few."""
-    if not chunks:
-        return 1.0
-    return round(embedded / chunks, 4) if embedded >= chunks else min(embedded / chunks, 0.9999)
 
 
 def index_counts(search: SearchService) -> dict[str, Any]:

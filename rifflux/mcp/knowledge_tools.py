@@ -26,9 +26,11 @@ from mcp.server.mcpserver.context import Context
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from rifflux import status
+from rifflux.errors import RiffluxError
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.tools import ToolContext, check_served
 from rifflux.search import knowledge
+from rifflux.search.budget import budget_response, within_limit
 from rifflux.search.multi_get import check_paths, expand, read_files
 from rifflux.search.request import (
     MAX_LIST_ITEMS,
@@ -44,40 +46,72 @@ RunInThread = Callable[..., Awaitable[Any]]
 ClientRoots = Callable[[Context[Any, Any]], Awaitable[list[Path] | None]]
 
 
+DEFAULT_LIMIT = 10
+"""How many results the knowledge searches return when neither ``limit`` nor ``top_k`` is given."""
+
+
+def result_count(limit: object, top_k: object) -> object:
+    """``limit`` or ``top_k`` (one argument under two names: the contract's and
+    ``search_rifflux``'s), 10 when neither is given; both given and different is a
+    one-line error."""
+    if top_k is None:
+        return DEFAULT_LIMIT if limit is None else limit
+    if limit is not None and limit != top_k:
+        raise RiffluxError(
+            f"limit and top_k name the same argument; give one of them (got limit "
+            f"{limit!r} and top_k {top_k!r})"
+        )
+    return top_k
+
+
+def _within_limit(ctx: ToolContext, response: dict[str, Any], text_key: str) -> dict[str, Any]:
+    """A knowledge search's answer kept to RIFFLUX_MAX_RESPONSE_TOKENS (no max_tokens given)."""
+    return within_limit(
+        response,
+        ctx.settings.max_response_tokens,
+        lambda whole, limit: budget_response(whole, whole["query"], limit, text_key=text_key),
+    )
+
+
 def search_decisions(
     ctx: ToolContext,
     query: object,
-    limit: object = 10,
+    limit: object = None,
     decision_type: object = None,
     status: object = None,
     max_tokens: object = None,
+    top_k: object = None,
     client_roots: Sequence[Path] | None = None,
 ) -> dict[str, Any]:
-    return knowledge.search_decisions(
+    response = knowledge.search_decisions(
         ctx.search,
         query,
-        limit=limit,
+        limit=result_count(limit, top_k),
         decision_type=decision_type,
         status=status,
         max_tokens=max_tokens,
         served=ctx.served(client_roots, searching=True),
     )
+    return response if max_tokens is not None else _within_limit(ctx, response, "decision")
 
 
 def search_errors(
     ctx: ToolContext,
     query: object,
-    limit: object = 10,
+    limit: object = None,
     max_tokens: object = None,
+    top_k: object = None,
     client_roots: Sequence[Path] | None = None,
 ) -> dict[str, Any]:
-    return knowledge.search_errors(
+    count = result_count(limit, top_k)
+    response = knowledge.search_errors(
         ctx.search,
         query,
-        limit=limit,
+        limit=count,
         max_tokens=max_tokens,
         served=ctx.served(client_roots, searching=True),
     )
+    return response if max_tokens is not None else _within_limit(ctx, response, "solution")
 
 
 def context_stats(ctx: ToolContext) -> dict[str, Any]:
@@ -104,22 +138,32 @@ def multi_get(
             elif served.refusal(wanted.path, ctx.search.absolute_path(wanted.path)) is not None:
                 continue
             returned.append(wanted.path)
-        return read_files(reader, returned, budget)
+        answer = read_files(reader, returned, budget)
+        if budget is not None:
+            return answer
+        return within_limit(
+            answer,
+            ctx.settings.max_response_tokens,
+            lambda _whole, limit: read_files(reader, returned, limit),
+        )
 
 
+_COUNT_SCHEMA = WithJsonSchema({"type": ["integer", "null"], "minimum": 1, "maximum": MAX_TOP_K})
 _LIMIT = Annotated[
     Any,
     BeforeValidator(as_integer),
-    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_TOP_K}),
-    Field(description="How many results to return."),
+    _COUNT_SCHEMA,
+    Field(description="How many results (default 10)."),
+]
+_TOP_K = Annotated[
+    Any,
+    BeforeValidator(as_integer),
+    _COUNT_SCHEMA,
+    Field(description="Same as limit."),
 ]
 _MAX_TOKENS = Annotated[
     MaxTokens,
-    Field(
-        description="Token budget for the results' texts together, as search_rifflux's: "
-        "results keep their order, later texts are cut around the query's terms or dropped; "
-        "each result then has tokens and truncated, the response a budget."
-    ),
+    Field(description="Token budget of the whole answer (default: the server's limit)."),
 ]
 _QUERY = Annotated[
     str,
@@ -139,55 +183,43 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
     @server.tool(name="search_decisions", annotations=READ_ONLY)
     async def search_decisions_tool(
         query: _QUERY,
-        limit: _LIMIT = 10,
+        limit: _LIMIT = None,
         decision_type: Annotated[
             str | None,
-            Field(description="Only decisions of this type (front matter decision_type)."),
+            Field(description="Only decisions of this decision_type."),
         ] = None,
         status: Annotated[
             str | None,
-            Field(
-                description="Only decisions with this status: proposed, accepted, "
-                "rejected, deprecated or superseded."
-            ),
+            Field(description="Only decisions with this status (accepted, proposed...)."),
         ] = None,
         max_tokens: _MAX_TOKENS = None,
+        top_k: _TOP_K = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Search the decision records (ADRs): architectural and technical decisions with
-        their rationale, ranked by hybrid search over the records only.
-
-        Returns {query, count, embedding_model, results}; each result has title, path,
-        status, date, decision_type, decision (the Decision section), score_breakdown
-        and chunk_id.
-        """
+        """Search only the decision records (ADRs): for why something was chosen or what
+        was decided, with each decision's status and text."""
         client = await roots(context) if context is not None else None
         return await run(
-            search_decisions, ctx, query, limit, decision_type, status, max_tokens, client
+            search_decisions, ctx, query, limit, decision_type, status, max_tokens, top_k, client
         )
 
     @server.tool(name="search_errors", annotations=READ_ONLY)
     async def search_errors_tool(
         query: _QUERY,
-        limit: _LIMIT = 10,
+        limit: _LIMIT = None,
         max_tokens: _MAX_TOKENS = None,
+        top_k: _TOP_K = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Search the error-solution pairs of troubleshooting pages: paste an error line,
-        get the sections that name it and their fix.
-
-        Returns {query, count, embedding_model, results}; each result has signature,
-        solution, path, heading_path, score_breakdown and chunk_id.
-        """
+        """Search only the error-fix pairs of troubleshooting pages: give an error
+        message or code to find its known fix."""
         client = await roots(context) if context is not None else None
-        return await run(search_errors, ctx, query, limit, max_tokens, client)
+        return await run(search_errors, ctx, query, limit, max_tokens, top_k, client)
 
     @server.tool(name="context_stats", annotations=READ_ONLY)
     async def context_stats_tool() -> dict[str, Any]:
-        """Index statistics: {files, chunks, embeddings, embedding_coverage,
-        embedding_model, generation, db_path, knowledge: {decisions: {total, by_status},
-        error_pairs, error_files, notes, tags: [{tag, files}], tags_total,
-        chunks_by_kind}}."""
+        """What the index holds (decision records by status, error pairs, tags,
+        embedding coverage): use it to choose between the searches."""
         return await run(context_stats, ctx)
 
     @server.tool(name="multi_get", annotations=READ_ONLY)
@@ -198,22 +230,20 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
                 {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS}
             ),
             Field(
-                description="Indexed file paths exactly as search results show them, or "
-                "globs such as docs/adr/*.md; files come back in this order, a glob's "
-                "matches sorted."
+                description="Indexed file paths as search results show them, or globs "
+                "such as docs/adr/*.md; answered in this order."
             ),
         ],
         max_tokens: Annotated[
             MaxTokens,
             Field(
-                description="One token budget for all files: whole files while they fit, "
-                "the next cut to its beginning, the rest listed in not_included."
+                description="Token budget of the whole answer (default: the server's "
+                "limit); files in order, the rest in not_included."
             ),
         ] = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Several indexed files at once: {files: [{path, content, tokens, truncated}],
-        not_included, count}. Only files inside the server's allowed roots and off its deny
-        list are served; the files themselves are not read (content is the indexed text)."""
+        """Read several indexed files at once, by path or glob (docs/adr/*.md), instead
+        of repeated get_file calls: {files, not_included, count}."""
         client = await roots(context) if context is not None else None
         return await run(multi_get, ctx, paths, max_tokens, client)

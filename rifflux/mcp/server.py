@@ -19,6 +19,12 @@ Watched and reindex-on-start paths must lie inside the server's allowed roots. A
 started in ``/``, a home directory or a parent of one without ``RIFFLUX_ALLOWED_ROOTS``
 has no default root: it logs one warning at start (``mcp.no_allowed_roots``).
 
+A successful answer's text content is its structured content as compact JSON; the
+tools keep it to ``RIFFLUX_MAX_RESPONSE_TOKENS`` (or the call's ``max_tokens``), and one
+still larger is a one-line error (:func:`compact_result`). The tool list is written for
+an agent's context: dedented descriptions that say when to use each tool, input schemas
+without derived titles or null defaults, no output schemas (docs/mcp.md).
+
 The HTTP transport (bind check, bearer token, session cap, request deadlines) is
 ``http.py``.
 """
@@ -50,6 +56,7 @@ from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp_types import Tool as MCPTool
 from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 
 from rifflux import __version__
@@ -68,6 +75,7 @@ from rifflux.mcp.http_workers import (
 )
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
+from rifflux.search.budget import compact_json, estimate_tokens
 from rifflux.search.request import (
     MAX_NEIGHBORS,
     REQUIRED,
@@ -172,10 +180,7 @@ DB_PATH_PARAMETER = inspect.Parameter(
     default=None,
     annotation=Annotated[
         str | None,
-        Field(
-            description="Another Rifflux index database to search instead of the "
-            "server's own (relative paths resolve against the server's directory)."
-        ),
+        Field(description="Another Rifflux index database to search instead of the server's own."),
     ],
 )
 
@@ -202,12 +207,15 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
     async def search_rifflux(
         context: Context[Any, Any] | None = None, **arguments: Any
     ) -> dict[str, Any]:
-        """Search the indexed markdown and text files.
+        """Search the indexed notes and docs; use it first for any question about them,
+        then read hits whole with get_chunk or get_file.
 
-        Returns {query, mode, count, embedding_model, results}; each result has chunk_id,
-        path, heading_path, chunk_index, content and a score_breakdown for the mode. With
-        max_tokens the contents fit that budget: each result also has tokens and
-        truncated, and the response a budget {max_tokens, used_tokens, dropped}.
+        Choose group_by "file" when you want files (nDCG 0.948 against 0.905), mode
+        "lexical" for identifiers and error codes, fusion "minmax" with alpha 0.5 for
+        natural-language questions.
+
+        A trimmed answer has a budget; embedding_coverage and a warning mean some
+        chunks have no vectors yet.
         """
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(tools.search_rifflux, ctx, client_roots=roots, **arguments)
@@ -219,17 +227,17 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
     async def reindex(
         path: Annotated[
             str | None,
-            Field(description="A file or directory to index; ignored when paths is given."),
+            Field(description="A file or directory to index."),
         ] = None,
         paths: Annotated[
             list[str] | None,
             Field(
-                description="Files or directories to index in one job. Default: path, or "
-                "else the server's working directory."
+                description="Several, in one job (default: path, else the server's "
+                "working directory)."
             ),
         ] = None,
         force: Annotated[
-            bool, Field(description="Re-chunk and re-embed files even if unchanged.")
+            bool, Field(description="Re-chunk and re-embed unchanged files too.")
         ] = False,
         prune_missing: Annotated[
             bool,
@@ -237,20 +245,13 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         ] = True,
         background: Annotated[
             bool,
-            Field(
-                description="Return {job_id, status} at once instead of waiting for the "
-                "job; follow it with index_status."
-            ),
+            Field(description="Return {job_id, status} at once; follow it with index_status."),
         ] = False,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Index (or refresh) files and directories; unchanged files are skipped.
-
-        Waits for the job and returns {indexed_files, skipped_files, deleted_files,
-        skipped (the first skipped paths with their reasons), indexed_paths,
-        embedding_model, embedding_backend, job_id}, or with
-        background=true returns {job_id, status} at once.
-        """
+        """Index new or changed files so searches find them: after files were added,
+        edited or deleted, or when a search misses a file. Waits for the job unless
+        background is true."""
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(
             tools.reindex, ctx, path, paths, force, prune_missing, background, roots
@@ -258,8 +259,8 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
 
     @server.tool(annotations=READ_ONLY)
     async def index_status() -> dict[str, Any]:
-        """Index counts, embedding model, live workers, queue depths, recent jobs and
-        the file watcher's state."""
+        """Index counts, workers, queues, recent jobs and the file watcher: use it to
+        follow a background reindex or when results look incomplete."""
         return await _in_thread(tools.index_status, ctx)
 
     @server.tool(annotations=READ_ONLY)
@@ -269,16 +270,12 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
             Any,
             BeforeValidator(as_integer),
             WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_NEIGHBORS}),
-            Field(
-                description="Also return up to this many chunks of the same file before "
-                "and after it (0-5), as before and after lists in file order."
-            ),
+            Field(description="Also return up to this many chunks before and after it (0-5)."),
         ] = 0,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """One chunk in full: {chunk: {chunk_id, path, heading_path, chunk_index, content,
-        headings}} (headings: [{offset, heading_path}] of the headings that start in it),
-        and with neighbors >= 1 also {before: [...], after: [...]}."""
+        """Read one search hit in full by its chunk_id, with neighbouring chunks for
+        context: {chunk, before, after}."""
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(tools.get_chunk, ctx, chunk_id, roots, neighbors)
 
@@ -291,22 +288,21 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         heading: Annotated[
             str | None,
             Field(
-                description="Only this section and its subsections: a heading path such "
-                "as 'Guide > Install', case-insensitive; a unique suffix ('install') is "
-                "enough. Any heading of the file, also one inside a merged chunk."
+                description="Only this section: a heading path such as 'Guide > Install', "
+                "or a unique suffix ('install')."
             ),
         ] = None,
         max_tokens: Annotated[
             MaxTokens,
             Field(
-                description="Token budget: chunks in order while they fit, the next one cut "
-                "to its beginning; each chunk then has tokens and truncated, the file a budget."
+                description="Token budget of the whole answer (default: the server's "
+                "limit); chunks in order, the last one cut."
             ),
         ] = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """All chunks of an indexed file: {file: {path, sha256, chunks}}. Only indexed
-        files inside the server's allowed roots are served; the file is not read."""
+        """Read an indexed file, or one section of it, by its path: when a hit's file is
+        worth reading whole. Returns {file: {path, sha256, chunks}}."""
         roots = await client_roots(context) if context is not None else None
         return await _in_thread(tools.get_file, ctx, path, roots, heading, max_tokens)
 
@@ -403,6 +399,49 @@ def _known_failure(exc: BaseException, broker_url: str, db_path: Path | None) ->
     return os_failure(exc)
 
 
+def tool_description(docstring: str) -> str:
+    """A tool's docstring as its description: dedented, each paragraph on one line."""
+    paragraphs = inspect.cleandoc(docstring).split("\n\n")
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+
+
+def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input schema as short as it can be while it says the same: without the titles
+    pydantic derives from names (``"title": "Top K"`` for ``top_k``), without null
+    defaults (an argument not in ``required`` is optional anyway), and with an ``anyOf``
+    of plain types as one ``type`` list (``["string", "null"]``). Every client reads
+    the tool list, so every token here costs each of them."""
+    properties = {}
+    for name, prop in schema.get("properties", {}).items():
+        short = {
+            k: v for k, v in prop.items() if k != "title" and not (k == "default" and v is None)
+        }
+        options = short.get("anyOf")
+        if isinstance(options, list) and all(set(option) == {"type"} for option in options):
+            del short["anyOf"]
+            short["type"] = [option["type"] for option in options]
+        properties[name] = short
+    return {**{k: v for k, v in schema.items() if k != "title"}, "properties": properties}
+
+
+def compact_result(tool: str, result: CallToolResult, limit: int) -> CallToolResult:
+    """A successful call's text content as compact JSON. The tools fit their answers to
+    ``limit`` (RIFFLUX_MAX_RESPONSE_TOKENS, or the call's larger ``max_tokens``) in these
+    units; an answer still above it (a tool with nothing to cut, such as get_chunk's
+    neighbours) is a one-line error."""
+    text = compact_json(result.structured_content)
+    size = estimate_tokens(text)
+    if 0 < limit < size:
+        message = (
+            f"the answer of {tool} is ~{size} tokens, over this server's limit of {limit} "
+            "(RIFFLUX_MAX_RESPONSE_TOKENS); ask for less (fewer neighbors or results, a "
+            "heading, max_tokens)"
+        )
+        log.info("mcp.tool_error", tool=tool, error=message)
+        return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+    return result.model_copy(update={"content": [TextContent(type="text", text=text)]})
+
+
 class RiffluxServer(MCPServer):
     """An MCPServer with the Rifflux tools, whose errors are one-line tool errors."""
 
@@ -410,6 +449,17 @@ class RiffluxServer(MCPServer):
         super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
         self.context = context
         _register_tools(self, context)
+        for info in self._tool_manager.list_tools():
+            info.description = tool_description(info.description)
+            info.parameters = compact_schema(info.parameters)
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools without their output schemas: each says only "an object" (every
+        tool answers one), which costs a client tokens and tells it nothing; the
+        answers still carry structured content."""
+        return [
+            tool.model_copy(update={"output_schema": None}) for tool in await super().list_tools()
+        ]
 
     async def call_tool(
         self,
@@ -422,13 +472,20 @@ class RiffluxServer(MCPServer):
             log.info("mcp.tool_error", tool=name, error=unknown)
             return CallToolResult(content=[TextContent(type="text", text=unknown)], is_error=True)
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as exc:
             settings = self.context.settings
             text = tool_error_message(
                 name, exc, broker_url=settings.resolved_broker_url, db_path=settings.db_path
             )
             return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        if isinstance(result, CallToolResult) and result.structured_content is not None:
+            limit = self.context.settings.max_response_tokens
+            asked = as_integer(arguments.get("max_tokens"))
+            if limit and isinstance(asked, int) and not isinstance(asked, bool):
+                limit = max(limit, asked)
+            return compact_result(name, result, limit)
+        return result
 
 
 def build_server(settings: Settings, *, context: ToolContext | None = None) -> RiffluxServer:

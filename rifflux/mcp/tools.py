@@ -3,8 +3,10 @@
 Each function takes a :class:`ToolContext` and returns the JSON object the tool
 answers with. Bad input raises :class:`~rifflux.errors.RiffluxError` or ``ValueError``
 with a one-line message; ``server.py`` registers these functions with the protocol and
-turns those errors into tool errors. Every function may block (SQLite, embedding,
-waiting for a job), so the server runs them in worker threads.
+turns those errors into tool errors. An answer to a call without ``max_tokens`` keeps
+to ``RIFFLUX_MAX_RESPONSE_TOKENS`` (``budget.within_limit``): a larger one is fitted as
+that ``max_tokens`` would fit it, and says so with its ``budget``. Every function may
+block (SQLite, embedding, waiting for a job), so the server runs them in worker threads.
 
 The server indexes and serves only inside its allowed roots (``rifflux.index.allowed``,
 docs/security.md), and nothing on the deny list (``rifflux.index.denied``):
@@ -63,6 +65,7 @@ from rifflux.index.denied import refused_secret, secret_reason
 from rifflux.index.indexer import IndexReport
 from rifflux.index.scan import glob_mismatch, require_roots
 from rifflux.reindex import Reindexer
+from rifflux.search.budget import budget_response, within_limit
 from rifflux.search.request import SearchRequest
 from rifflux.search.served import ServedPaths
 from rifflux.search.service import SearchService
@@ -293,12 +296,20 @@ def search_rifflux(
     if ctx.auto_reindex is not None and (db_path is None or not db_path.strip()):
         ctx.auto_reindex.maybe_trigger()
         try:
-            return ctx.search.search_response(request, served)
+            response = ctx.search.search_response(request, served)
         except IndexMissingError as exc:
             raise IndexMissingError(
                 f"{exc}; an automatic reindex is creating it, search again shortly"
             ) from exc
-    return ctx.service_for(db_path).search_response(request, served)
+    else:
+        response = ctx.service_for(db_path).search_response(request, served)
+    if request.max_tokens is not None:
+        return response
+    return within_limit(
+        response,
+        ctx.settings.max_response_tokens,
+        lambda whole, limit: budget_response(whole, request.query, limit),
+    )
 
 
 def resolve_roots(
@@ -517,8 +528,17 @@ def get_file(
     max_tokens: object = None,
 ) -> dict[str, Any]:
     """An indexed file by its stored path, from the index (the file itself is not read);
-    ``heading`` narrows it to one section, ``max_tokens`` fits it to a budget."""
+    ``heading`` narrows it to one section, ``max_tokens`` fits the answer to a budget,
+    else RIFFLUX_MAX_RESPONSE_TOKENS does when it is larger."""
     served = ctx.served(client_roots)
     found = ctx.search.get_file(path, heading=heading, max_tokens=max_tokens)
     check_served(ctx, found["path"], served)
-    return {"file": found}
+    if max_tokens is not None:
+        return {"file": found}
+    return within_limit(
+        {"file": found},
+        ctx.settings.max_response_tokens,
+        lambda _whole, limit: {
+            "file": ctx.search.get_file(path, heading=heading, max_tokens=limit)
+        },
+    )

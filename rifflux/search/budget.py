@@ -21,12 +21,18 @@ Invariants:
   tokens of the contents kept never exceed ``max_tokens``.
 * A cut is marked with ``…`` at the end(s) where text was removed; the marks are counted
   in the result's ``tokens``.
+* ``max_tokens`` is the size of the whole response: :func:`fit_response` counts the
+  response as it is sent, compact JSON (:func:`compact_json`, :func:`response_tokens`),
+  keys, metadata and ``budget`` included, and keeps it within ``max_tokens`` (unless the
+  response without any text, its query echoed, is larger on its own). Results that
+  cannot keep even a short excerpt beside their metadata are dropped from the end.
 * Pure functions on plain data: nothing here reads the index.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -269,17 +275,137 @@ def fit_in_order(texts: Sequence[str], max_tokens: int) -> list[Fitted]:
     return fitted
 
 
+def compact_json(value: Any) -> str:
+    """``value`` as the MCP server sends it: JSON without indentation or spaces."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def response_tokens(response: Any) -> int:
+    """The estimated tokens of a response as it is sent (:func:`compact_json`)."""
+    return estimate_tokens(compact_json(response))
+
+
+Fit = Callable[[Sequence[str], int], Sequence[Fitted | None]]
+"""Fits texts into a number of tokens: one entry per text kept or dropped (``None``); a
+shorter list leaves the rest out."""
+Render = Callable[[Sequence[Fitted | None], int], dict[str, Any]]
+"""Builds the whole response from the fitted texts (``None``, or absent past the end:
+left out) and the value of its ``used_tokens``."""
+
+MAX_FIT_ROUNDS = 8
+"""How many times :func:`fit_response` shrinks the texts' room before it gives up on them
+(JSON escaping makes a text's cost in the response differ slightly from its estimate)."""
+_PLACEHOLDER = Fitted("", 99_999, True)
+"""A text emptied, with the widest ``tokens`` a kept text may show: the metadata's cost."""
+
+
+def fit_response(texts: Sequence[str], fit: Fit, render: Render, max_tokens: int) -> dict[str, Any]:
+    """The response ``render`` builds from ``texts`` fitted so that the whole of it, as
+    compact JSON, is at most ``max_tokens`` estimated tokens; its ``used_tokens`` is the
+    response's own estimate.
+
+    The first ``n`` texts take part, for the largest ``n`` (found by bisection, at most
+    as many as fit with their metadata and ``MIN_EXCERPT_TOKENS`` each) for which ``fit``
+    keeps a part of every one of them in the room their metadata leaves; that room
+    shrinks by any excess the serialized response shows (JSON escaping).
+    """
+
+    def size(fitted: Sequence[Fitted | None]) -> int:
+        # used_tokens shown as max_tokens: at least as many digits as the final value.
+        return response_tokens(render(fitted, max_tokens))
+
+    def fit_first(count: int) -> Sequence[Fitted | None]:
+        room = max_tokens - size([_PLACEHOLDER] * count)
+        for _ in range(MAX_FIT_ROUNDS):
+            fitted = fit(texts[:count], room) if room > 0 else []
+            over = size(fitted) - max_tokens
+            if over <= 0:
+                return fitted
+            room -= over
+        return []
+
+    floors = [min(estimate_tokens(text), MIN_EXCERPT_TOKENS) for text in texts]
+    low, high = 0, len(texts)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if size([_PLACEHOLDER] * middle) + sum(floors[:middle]) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    # The most texts that all keep a part (or a whole) in the room their metadata leaves.
+    best: Sequence[Fitted | None] = []
+    high, low = low, 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        fitted = fit_first(middle)
+        if _kept(fitted) == middle:
+            low, best = middle, fitted
+        else:
+            high = middle - 1
+    return _with_used_tokens(render, best)
+
+
+def _kept(fitted: Sequence[Fitted | None]) -> int:
+    return sum(one is not None for one in fitted)
+
+
+def _with_used_tokens(render: Render, fitted: Sequence[Fitted | None]) -> dict[str, Any]:
+    """The response whose ``used_tokens`` is its own estimate (a fixed point: the count
+    only grows with the digits it is written with, so a few rounds reach it)."""
+    used = 0
+    response = render(fitted, used)
+    for _ in range(4):
+        measured = response_tokens(response)
+        if measured == used:
+            break
+        used = measured
+        response = render(fitted, used)
+    return response
+
+
 def budget_response(
     response: dict[str, Any],
     query: str,
     max_tokens: int,
     check: Callable[[], None] | None = None,
+    *,
+    text_key: str = "content",
 ) -> dict[str, Any]:
-    """A search response with its results fitted: ``count`` updated, ``budget`` added
-    (just before ``results``); every other key as it was, in its place."""
-    results, budget = fit_results(response["results"], query, max_tokens, check)
-    fitted = {k: v for k, v in response.items() if k != "results"}
-    fitted["count"] = len(results)
-    fitted["budget"] = budget
-    fitted["results"] = results
-    return fitted
+    """A search response fitted to ``max_tokens`` (:func:`fit_response`): its results'
+    ``text_key`` texts fitted as :func:`fit_texts` fits them, ``count`` updated, ``budget``
+    ``{max_tokens, used_tokens, dropped}`` added just before ``results``; every other key
+    as it was, in its place."""
+    given = response["results"]
+
+    def fit(texts: Sequence[str], room: int) -> list[Fitted | None]:
+        return fit_texts(texts, query, room, check)
+
+    def render(fitted: Sequence[Fitted | None], used: int) -> dict[str, Any]:
+        kept = [
+            {**result, text_key: one.text, "tokens": one.tokens, "truncated": one.truncated}
+            for result, one in zip(given, fitted, strict=False)
+            if one is not None
+        ]
+        out = {k: v for k, v in response.items() if k != "results"}
+        out["count"] = len(kept)
+        out["budget"] = {
+            "max_tokens": max_tokens,
+            "used_tokens": used,
+            "dropped": len(given) - len(kept),
+        }
+        out["results"] = kept
+        return out
+
+    return fit_response([r[text_key] for r in given], fit, render, max_tokens)
+
+
+def within_limit(
+    response: dict[str, Any],
+    limit: int,
+    fit: Callable[[dict[str, Any], int], dict[str, Any]],
+) -> dict[str, Any]:
+    """``response`` itself when it is at most ``limit`` tokens (0: no limit), else
+    ``fit(response, limit)``: the default budget of a call that gave no ``max_tokens``."""
+    if limit <= 0 or response_tokens(response) <= limit:
+        return response
+    return fit(response, limit)

@@ -15,12 +15,13 @@ search of ``search_rifflux``:
   chunk) answers with the pair that shares the most query terms; each pair is listed once,
   at its best chunk's rank.
 * Both rank hybrid (the settings' fusion), take ``limit`` results (1 to
-  ``MAX_TOP_K``), and with ``max_tokens`` fit the ``decision`` / ``solution`` texts to the
-  budget as ``search_rifflux`` fits contents (``budget.fit_texts``: rank order kept, later
-  texts cut around the query's terms, those that cannot fit dropped), each result then
-  with ``tokens`` and ``truncated`` and the response with ``budget``.
+  ``MAX_TOP_K``), and with ``max_tokens`` fit the whole response to that budget as
+  ``search_rifflux`` does (``budget.budget_response``: rank order kept, later ``decision``
+  / ``solution`` texts cut around the query's terms, those that cannot fit dropped), each
+  result then with ``tokens`` and ``truncated`` and the response with ``budget``.
 * Responses: ``{query, count, embedding_model, results}`` (+ ``warning`` when lexical
-  results stand in for a corrupt vector cache, + ``budget``).
+  results stand in for a corrupt vector cache, or with ``embedding_coverage`` while some
+  chunks have no vector; + ``budget``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rifflux.errors import InvalidQueryError
-from rifflux.search.budget import fit_texts
+from rifflux.search.budget import budget_response
 from rifflux.search.query import query_terms
 from rifflux.search.request import (
     MAX_TOP_K,
@@ -41,7 +42,7 @@ from rifflux.search.request import (
     check_top_k,
 )
 from rifflux.search.served import ServedPaths
-from rifflux.search.service import SearchService
+from rifflux.search.service import SearchService, partial_vectors_warning
 from rifflux.store import knowledge
 
 ERROR_DEPTH = 3
@@ -86,21 +87,14 @@ def _response(
     }
     if warning is not None:
         response["warning"] = warning
-    if max_tokens is not None:
-        fitted = fit_texts([r[text_key] for r in results], query, max_tokens)
-        kept = [
-            {**r, text_key: f.text, "tokens": f.tokens, "truncated": f.truncated}
-            for r, f in zip(results, fitted, strict=True)
-            if f is not None
-        ]
-        response["count"] = len(kept)
-        response["budget"] = {
-            "max_tokens": max_tokens,
-            "used_tokens": sum(r["tokens"] for r in kept),
-            "dropped": len(results) - len(kept),
-        }
-        results = kept
+    elif query.strip():
+        share = service.embedding_coverage()
+        if share < 1.0:
+            response["embedding_coverage"] = share
+            response["warning"] = partial_vectors_warning(share, "hybrid")
     response["results"] = results
+    if max_tokens is not None:
+        response = budget_response(response, query, max_tokens, text_key=text_key)
     return response
 
 

@@ -12,10 +12,12 @@ Invariants:
   one-line error (narrow the globs).
 * A file's ``content`` is what the index holds: its chunks in order, joined by a blank
   line (front matter is not content; the file itself is not read), like ``get_file``.
-* ``max_tokens``: one budget for all files, counted by ``budget.estimate_tokens``; files
-  stay whole while they fit, the first that does not is cut to its beginning if at least
+* ``max_tokens``: one budget for the whole answer as sent (``budget.fit_response``:
+  compact JSON, counted by ``budget.estimate_tokens``); files stay whole while they fit,
+  the first that does not is cut to its beginning if at least
   ``budget.MIN_EXCERPT_TOKENS`` remain (``truncated``), and every later file is listed in
-  ``not_included`` (as are files past ``MAX_FILES``).
+  ``not_included`` (as are files past ``MAX_FILES``); the answer gains ``budget``
+  ``{max_tokens, used_tokens, dropped}`` (``dropped``: the files in ``not_included``).
 * Serving is the caller's to allow: the MCP tool checks each file's realpath against the
   allowed roots at read time, as ``get_file`` does, before anything is returned.
 """
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rifflux.errors import InvalidQueryError, NotFoundError, echo
-from rifflux.search.budget import estimate_tokens, fit_in_order
+from rifflux.search.budget import Fitted, estimate_tokens, fit_in_order, fit_response
 from rifflux.search.globs import compile_glob
 from rifflux.search.request import MAX_LIST_ITEMS, MAX_PATTERN_CHARS
 from rifflux.search.retrieval import find_file
@@ -113,11 +115,16 @@ def read_files(reader: IndexReader, paths: Sequence[str], max_tokens: int | None
             {"path": p, "content": t, "tokens": estimate_tokens(t), "truncated": False}
             for p, t in zip(chosen, texts, strict=True)
         ]
-    else:
-        fitted = fit_in_order(texts, max_tokens)
+        return {"files": files, "not_included": not_included, "count": len(files)}
+
+    def render(fitted: Sequence[Fitted | None], used: int) -> dict[str, Any]:
         files = [
             {"path": p, "content": f.text, "tokens": f.tokens, "truncated": f.truncated}
             for p, f in zip(chosen, fitted, strict=False)  # fitted may stop early
+            if f is not None
         ]
-        not_included = chosen[len(files) :] + not_included
-    return {"files": files, "not_included": not_included, "count": len(files)}
+        left_out = chosen[len(files) :] + not_included
+        budget = {"max_tokens": max_tokens, "used_tokens": used, "dropped": len(left_out)}
+        return {"files": files, "not_included": left_out, "count": len(files), "budget": budget}
+
+    return fit_response(texts, fit_in_order, render, max_tokens)

@@ -64,6 +64,14 @@ MAX_MAX_TOKENS = 100_000
 MAX_VALUE_REPR = 80
 """How much of a rejected value a message quotes."""
 
+STRING_OR_LIST: Mapping[str, Any] = {
+    "type": ["string", "array"],
+    "items": {"type": "string"},
+    "maxItems": MAX_LIST_ITEMS,
+}
+"""The schema of an argument that is one string or a list of them (``items`` and
+``maxItems`` apply to a list only)."""
+
 SPEC_KEY = "rifflux.search_request"
 """The dataclass-metadata key under which each field's :class:`FieldSpec` lives."""
 
@@ -393,11 +401,8 @@ class SearchRequest:
 
     query: str = field(
         metadata=_spec(
-            description="What to look for: words, a phrase or a question. Searched as "
-            'plain text, except that a balanced "double-quoted span" is a phrase: '
-            "chunks holding it exactly rank first (lexical and hybrid). An unpaired "
-            "quote, *, AND, NEAR( and the like have no special meaning; a blank query "
-            f"returns no results. At most {MAX_QUERY_CHARS} characters.",
+            description='What to look for: words or a question; a "double-quoted phrase" ranks '
+            f"exact matches first. At most {MAX_QUERY_CHARS} characters.",
             json_schema={"type": "string", "maxLength": MAX_QUERY_CHARS},
             check=check_query,
         )
@@ -415,8 +420,8 @@ class SearchRequest:
     mode: Mode = field(
         default="hybrid",
         metadata=_spec(
-            description="lexical: BM25 keyword match; semantic: embedding cosine "
-            "similarity; hybrid: both fused with reciprocal rank fusion.",
+            description="hybrid: keywords and meaning, usually best; lexical: exact keywords, for "
+            "identifiers and error codes; semantic: meaning only.",
             json_schema={"type": "string", "enum": list(MODES)},
             check=check_mode,
             metavar="{" + ",".join(MODES) + "}",
@@ -426,10 +431,8 @@ class SearchRequest:
     fusion: Fusion | None = field(
         default=None,
         metadata=_spec(
-            description="Hybrid fusion: rrf (reciprocal rank fusion, the default unless "
-            "RIFFLUX_FUSION says otherwise) or minmax ((1 - alpha) * min-max normalised "
-            "-bm25 + alpha * min-max normalised cosine; score_breakdown {minmax, "
-            "lexical_norm, semantic_norm, lexical_rank, semantic_rank}).",
+            description="How hybrid merges its two rankings: rrf, or minmax (scores "
+            "mixed by alpha).",
             json_schema={"type": "string", "enum": list(FUSIONS)},
             check=check_fusion,
             metavar="{" + ",".join(FUSIONS) + "}",
@@ -439,8 +442,7 @@ class SearchRequest:
     alpha: float | None = field(
         default=None,
         metadata=_spec(
-            description="Semantic share of minmax (and maxnorm) fusion, 0 to 1: 0 ranks "
-            "like lexical, 1 like semantic.",
+            description="minmax's semantic share, 0 to 1 (default 0.6).",
             json_schema={"type": "number", "minimum": 0, "maximum": 1},
             check=check_alpha,
             from_text=as_number,
@@ -451,7 +453,7 @@ class SearchRequest:
     candidate_k: int | None = field(
         default=None,
         metadata=_spec(
-            description="Candidates taken from each side before fusion (never fewer than top_k).",
+            description="Candidates per ranking before fusion.",
             json_schema={"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATE_K},
             check=check_candidate_k,
             from_text=as_integer,
@@ -462,9 +464,8 @@ class SearchRequest:
     group_by: GroupBy = field(
         default="chunk",
         metadata=_spec(
-            description="chunk: the best chunks; file: one result per file, its best "
-            "chunk, files ranked by that chunk's score (ties: newer file first, then "
-            "path, then chunk index).",
+            description="chunk: the best passages; file: one result per file (its best "
+            "chunk), to find files.",
             json_schema={"type": "string", "enum": list(GROUPS)},
             check=check_group_by,
             metavar="{" + ",".join(GROUPS) + "}",
@@ -473,8 +474,7 @@ class SearchRequest:
     lexical_weight: float | None = field(
         default=None,
         metadata=_spec(
-            description="RRF weight of the lexical side for this call, >= 0 (e.g. 0.4 "
-            "with semantic_weight 0.6, CODITECT's weights).",
+            description="rrf weight of the keyword ranking (default 1).",
             json_schema={"type": "number", "minimum": 0},
             check=check_lexical_weight,
             from_text=as_number,
@@ -485,7 +485,7 @@ class SearchRequest:
     semantic_weight: float | None = field(
         default=None,
         metadata=_spec(
-            description="RRF weight of the semantic side for this call, >= 0 (not both weights 0).",
+            description="rrf weight of the semantic ranking (default 1).",
             json_schema={"type": "number", "minimum": 0},
             check=check_semantic_weight,
             from_text=as_number,
@@ -496,8 +496,7 @@ class SearchRequest:
     min_cosine: float | None = field(
         default=None,
         metadata=_spec(
-            description="Drop semantic candidates whose cosine is below this (-1 to 1) "
-            "before fusion and truncation.",
+            description="Drop semantic candidates with a cosine below this.",
             json_schema={"type": "number", "minimum": -1, "maximum": 1},
             check=check_min_cosine,
             from_text=as_number,
@@ -508,14 +507,8 @@ class SearchRequest:
     path_glob: tuple[str, ...] | None = field(
         default=None,
         metadata=_spec(
-            description="Only files whose path (as results show it) matches this POSIX "
-            "glob, or any of a list of them; ** crosses folders, * and ? do not.",
-            json_schema={
-                "anyOf": [
-                    {"type": "string"},
-                    {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
-                ]
-            },
+            description="Only paths matching this glob or any of a list (docs/**/*.md).",
+            json_schema=STRING_OR_LIST,
             check=check_path_glob,
             metavar="GLOB",
             multiple=True,
@@ -525,8 +518,7 @@ class SearchRequest:
     modified_after: float | None = field(
         default=None,
         metadata=_spec(
-            description="Only files modified at or after this time: an ISO 8601 date or "
-            "datetime (UTC unless it has an offset) or Unix seconds.",
+            description="Only files modified at or after this ISO 8601 date or time, or Unix time.",
             json_schema={"type": ["string", "number"]},
             check=check_modified_after,
             metavar="TIME",
@@ -536,7 +528,7 @@ class SearchRequest:
     modified_before: float | None = field(
         default=None,
         metadata=_spec(
-            description="Only files modified before this time (same forms as modified_after).",
+            description="Only files modified before this time (as modified_after).",
             json_schema={"type": ["string", "number"]},
             check=check_modified_before,
             metavar="TIME",
@@ -546,13 +538,8 @@ class SearchRequest:
     file_types: tuple[str, ...] | None = field(
         default=None,
         metadata=_spec(
-            description='Only files with one of these extensions, e.g. ["md", "txt"].',
-            json_schema={
-                "anyOf": [
-                    {"type": "string"},
-                    {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
-                ]
-            },
+            description='Only these extensions, e.g. ["md", "txt"].',
+            json_schema=STRING_OR_LIST,
             check=check_file_types,
             metavar="EXT",
             multiple=True,
@@ -562,7 +549,7 @@ class SearchRequest:
     content_contains: str | None = field(
         default=None,
         metadata=_spec(
-            description="Only chunks whose content contains this text (case-insensitive).",
+            description="Only chunks containing this text (case-insensitive).",
             json_schema={"type": "string"},
             check=check_content_contains,
             metavar="TEXT",
@@ -573,9 +560,8 @@ class SearchRequest:
     kinds: tuple[str, ...] | None = field(
         default=None,
         metadata=_spec(
-            description="Only chunks of these kinds: decision (architecture decision "
-            "records), error (error-solution sections of troubleshooting pages), note "
-            "(everything else).",
+            description="Only these kinds: decision (decision records), error "
+            "(error-fix sections), note.",
             json_schema={
                 "anyOf": [
                     {"type": "string", "enum": list(KINDS)},
@@ -592,14 +578,8 @@ class SearchRequest:
     tags: tuple[str, ...] | None = field(
         default=None,
         metadata=_spec(
-            description="Only files whose front matter tags include every one of these "
-            "(case-insensitive).",
-            json_schema={
-                "anyOf": [
-                    {"type": "string"},
-                    {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
-                ]
-            },
+            description="Only files tagged (front matter) with all of these.",
+            json_schema=STRING_OR_LIST,
             check=check_tags,
             metavar="TAG",
             multiple=True,
@@ -610,8 +590,7 @@ class SearchRequest:
     status: str | None = field(
         default=None,
         metadata=_spec(
-            description="Only files with this status (case-insensitive): a decision's "
-            "(proposed, accepted, rejected, deprecated, superseded) or front matter's status.",
+            description="Only files with this status (e.g. accepted).",
             json_schema={"type": "string"},
             check=check_status,
             metavar="STATUS",
@@ -622,11 +601,8 @@ class SearchRequest:
     max_tokens: int | None = field(
         default=None,
         metadata=_spec(
-            description="Token budget for the results' contents together: results keep "
-            "their order, the best stay whole while they fit, later ones are cut to the "
-            "part that best matches the query, and those that cannot fit are dropped. "
-            "Each result then has tokens and truncated, and the response a budget. "
-            "Omit for whole results.",
+            description="Token budget of the whole answer: later results are cut or "
+            "dropped (over MCP, omitted means the server's limit).",
             json_schema={
                 "type": ["integer", "null"],
                 "minimum": MIN_MAX_TOKENS,

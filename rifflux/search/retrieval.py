@@ -18,7 +18,8 @@ Invariants:
   index's base directory such as ``./docs/a.md``; compared lexically, never on disk.
 * ``heading``: a file's section and its subsections (``sections.py``); a merged chunk
   holding more than the section is cut to the section's part, keeping its ``chunk_id``
-  and ``chunk_index``. ``max_tokens``: chunks in order while they fit (``budget.py``).
+  and ``chunk_index``. ``max_tokens``: chunks in order while the answer ``{"file": …}`` fits it
+  (``budget.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from rifflux.errors import NotFoundError, echo
 from rifflux.index.scan import to_rel_path
-from rifflux.search.budget import fit_in_order
+from rifflux.search.budget import Fitted, fit_in_order, fit_response
 from rifflux.search.sections import (
     ChunkHeadings,
     breadcrumbs,
@@ -175,33 +176,42 @@ def get_file(
     if heading is not None:
         found["heading"], chunks = section_chunks(chunks, heading, str(file_row["path"]))
     if budget is not None:
-        chunks = _fit_chunks(found, chunks, budget)
+        return _fit_chunks(found, chunks, budget)
     found["chunks"] = chunks
     return found
 
 
-def _fit_chunks(
-    found: dict[str, Any], chunks: list[dict[str, Any]], budget: int
-) -> list[dict[str, Any]]:
-    """The chunks that fit ``budget`` tokens in order (the last one cut); sets
-    ``found["budget"]``."""
-    fitted = fit_in_order([c["content"] for c in chunks], budget)
-    kept = [
-        {
-            **c,
-            "content": f.text,
-            "headings": headings_within(c["headings"], len(f.text)),
-            "tokens": f.tokens,
-            "truncated": f.truncated,
+def _fit_chunks(found: dict[str, Any], chunks: list[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """``found`` with the chunks that fit in order (the last one cut) and a ``budget``,
+    so that ``{"file": found}`` (the MCP tool's and ``get-file --json``'s answer) is at
+    most ``budget`` tokens (``budget.fit_response``)."""
+
+    def render(fitted: Sequence[Fitted | None], used: int) -> dict[str, Any]:
+        kept = [
+            {
+                **c,
+                "content": f.text,
+                "headings": headings_within(c["headings"], len(f.text)),
+                "tokens": f.tokens,
+                "truncated": f.truncated,
+            }
+            for c, f in zip(chunks, fitted, strict=False)  # fitted may stop early
+            if f is not None
+        ]
+        shown = {
+            **found,
+            "budget": {
+                "max_tokens": budget,
+                "used_tokens": used,
+                "dropped": len(chunks) - len(kept),
+            },
+            "chunks": kept,
         }
-        for c, f in zip(chunks, fitted, strict=False)  # fitted may stop early
-    ]
-    found["budget"] = {
-        "max_tokens": budget,
-        "used_tokens": sum(f.tokens for f in fitted),
-        "dropped": len(chunks) - len(kept),
-    }
-    return kept
+        return {"file": shown}
+
+    texts = [c["content"] for c in chunks]
+    fitted: dict[str, Any] = fit_response(texts, fit_in_order, render, budget)["file"]
+    return fitted
 
 
 def section_chunks(

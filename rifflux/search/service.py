@@ -16,8 +16,11 @@ while the index state is unchanged. An MCP call passes its
 filtered before truncation to ``top_k`` (``ranking.py``), and a cached answer is keyed by
 it and served only while every file in it still passes. A corrupt vector cache makes
 semantic and hybrid searches answer with lexical results, and the response gains a
-``warning`` naming the damage and the repair (``ranking.py``); without damage the
-response has no ``warning`` key.
+``warning`` naming the damage and the repair (``ranking.py``). A semantic or hybrid
+search over an index where some chunks have no vector yet (a job's embed phase, an
+index built without vectors) gains ``embedding_coverage`` (the share of chunks with one,
+below 1) and a ``warning`` saying what that means for its results. Otherwise the
+response has neither key.
 
 Every search (``search_response``, ``search``, ``search_within``) runs under a
 :class:`~rifflux.search.deadline.Deadline` of ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` (from
@@ -68,6 +71,28 @@ from rifflux.vectors.cache import VectorCache
 from rifflux.vectors.segments import stat_key, vectors_dir
 
 log = structlog.get_logger(__name__)
+
+PARTIAL_VECTORS = "{percent}% of chunks have vectors (indexing may still be embedding them): {rest}"
+"""The warning of a search that used vectors while some chunks have none."""
+REST_BY_MODE = {
+    "hybrid": "the others are ranked by keywords only",
+    "semantic": "the others cannot be found in semantic mode; search them with hybrid or lexical",
+}
+
+
+def coverage(embedded: int, chunks: int) -> float:
+    """Embedded chunks ÷ chunks, rounded to 4 places (1.0 when there are no chunks); below
+    1.0 whenever a chunk lacks its vector, however few."""
+    if not chunks:
+        return 1.0
+    return round(embedded / chunks, 4) if embedded >= chunks else min(embedded / chunks, 0.9999)
+
+
+def partial_vectors_warning(share: float, mode: str) -> str:
+    """The one line a semantic or hybrid search adds while ``share`` < 1 of the chunks
+    have vectors."""
+    return PARTIAL_VECTORS.format(percent=int(share * 100), rest=REST_BY_MODE[mode])
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -121,6 +146,8 @@ class SearchService:
                 max_bytes=settings.query_cache_max_mb * 2**20,
             )
         self._query_cache = query_cache
+        # (generation, uid) -> embedding coverage: counted once per index state.
+        self._coverage: tuple[Hashable, float] | None = None
 
     # -- resources -------------------------------------------------------------------
 
@@ -267,6 +294,11 @@ class SearchService:
         }
         if warning is not None:
             response["warning"] = warning
+        elif request.mode != "lexical" and request.query.strip():
+            share = self.embedding_coverage(snapshot.conn)
+            if share < 1.0:
+                response["embedding_coverage"] = share
+                response["warning"] = partial_vectors_warning(share, request.mode)
         response["results"] = results
         if request.max_tokens is not None:
             response = budget_response(response, request.query, request.max_tokens, deadline.check)
@@ -291,6 +323,20 @@ class SearchService:
         with contextlib.suppress(OSError):
             files += sorted(Path(entry.path) for entry in os.scandir(directory))
         return generation, uid, tuple((path.name, stat_key(path)) for path in files)
+
+    @_reports_damage
+    def embedding_coverage(self, conn: sqlite3.Connection | None = None) -> float:
+        """The share of chunks that have a vector (:func:`coverage`), counted once per
+        index state (a job's embed phase bumps the generation with every batch)."""
+        conn = conn or self.connection()
+        state = IndexReader(conn).generation_and_uid()
+        known = self._coverage
+        if known is not None and known[0] == state:
+            return known[1]
+        counts = IndexReader(conn).row_counts()
+        share = coverage(counts["embeddings"], counts["chunks"])
+        self._coverage = (state, share)
+        return share
 
     # -- lookups ---------------------------------------------------------------------
 

@@ -58,17 +58,22 @@ async def error(session: ClientSession, tool: str, **arguments: Any) -> str:
     return text
 
 
-async def test_search_with_max_tokens_fits_the_budget(session: ClientSession) -> None:
+async def test_search_with_max_tokens_fits_the_whole_answer(session: ClientSession) -> None:
     query = "word2x100 word4x7"
     plain = await ok(session, "search_rifflux", query=query, mode="lexical", top_k=6)
     assert set(plain) == {"query", "mode", "count", "embedding_model", "results"}
-    fitted = await ok(
-        session, "search_rifflux", query=query, mode="lexical", top_k=6, max_tokens=150
+    result = await session.call_tool(
+        "search_rifflux", {"query": query, "mode": "lexical", "top_k": 6, "max_tokens": 400}
     )
+    fitted = result.structured_content
+    assert fitted is not None
     budget = fitted["budget"]
-    assert budget["max_tokens"] == 150
-    assert sum(estimate_tokens(r["content"]) for r in fitted["results"]) == budget["used_tokens"]
-    assert budget["used_tokens"] <= 150
+    assert budget["max_tokens"] == 400
+    # max_tokens is the size of the answer as sent: compact JSON, metadata included.
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text == json.dumps(fitted, ensure_ascii=False, separators=(",", ":"))
+    assert estimate_tokens(text) == budget["used_tokens"] <= 400
+    assert sum(r["tokens"] for r in fitted["results"]) < budget["used_tokens"]
     assert fitted["count"] == len(fitted["results"]) == plain["count"] - budget["dropped"]
     assert all(r["tokens"] == estimate_tokens(r["content"]) for r in fitted["results"])
     assert any(r["truncated"] for r in fitted["results"])
@@ -124,11 +129,11 @@ def rifflux(tree: IndexedTree, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_cli_has_the_same_options(tree: IndexedTree) -> None:
     searched = rifflux(
-        tree, "search", "word2x100", "--mode", "lexical", "--max-tokens", "120", "--json"
+        tree, "search", "word2x100", "--mode", "lexical", "--max-tokens", "300", "--json"
     )
     assert searched.returncode == 0, searched.stderr
     response = json.loads(searched.stdout)
-    assert response["budget"]["used_tokens"] <= 120
+    assert response["budget"]["used_tokens"] <= 300
     cjk = json.loads(rifflux(tree, "search", "냉장고", "--mode", "lexical", "--json").stdout)
     assert cjk["results"][0]["path"] == "cjk/ko/cooking.md"
     chunk_id = response["results"][0]["chunk_id"]

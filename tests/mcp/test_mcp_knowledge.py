@@ -22,6 +22,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
 
 from rifflux.index.frontmatter import normalize_text
 from rifflux.index.indexer import Indexer
+from rifflux.search.budget import response_tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -69,10 +70,11 @@ async def test_the_knowledge_tools_are_listed_with_their_arguments(session: Clie
         "decision_type",
         "status",
         "max_tokens",
+        "top_k",
     }
     assert schemas["search_decisions"]["required"] == ["query"]
-    assert schemas["search_decisions"]["properties"]["limit"]["default"] == 10
-    assert set(schemas["search_errors"]["properties"]) == {"query", "limit", "max_tokens"}
+    assert "default 10" in schemas["search_decisions"]["properties"]["limit"]["description"]
+    assert set(schemas["search_errors"]["properties"]) == {"query", "limit", "max_tokens", "top_k"}
     assert schemas["context_stats"]["properties"] == {}
     assert set(schemas["multi_get"]["properties"]) == {"paths", "max_tokens"}
     assert schemas["multi_get"]["required"] == ["paths"]
@@ -128,8 +130,8 @@ async def test_search_errors_answers_a_pasted_error_line_with_its_fix(
     assert first["signature"] == "Error: error:0308010C:digital envelope routines::unsupported"
     assert "NODE_OPTIONS=--openssl-legacy-provider" in first["solution"]
     assert response["count"] == len(response["results"]) <= 2
-    budgeted = await ok(session, "search_errors", query=pasted, limit=5, max_tokens=60)
-    assert budgeted["budget"]["used_tokens"] <= 60
+    budgeted = await ok(session, "search_errors", query=pasted, limit=5, max_tokens=300)
+    assert response_tokens(budgeted) == budgeted["budget"]["used_tokens"] <= 300
 
 
 async def test_kinds_and_tags_pre_filter_search_rifflux_exactly(session: ClientSession) -> None:
@@ -192,12 +194,14 @@ async def test_multi_get_keeps_the_order_asked_under_one_budget(session: ClientS
     assert [f["path"] for f in whole["files"]] == order
     assert (whole["count"], whole["not_included"]) == (4, [])
     assert all(set(f) == {"path", "content", "tokens", "truncated"} for f in whole["files"])
-    budget = whole["files"][0]["tokens"] + whole["files"][1]["tokens"] + 30
+    # Room for the first two files whole, a cut of the third and the answer around them.
+    two = {**whole, "files": whole["files"][:2], "not_included": order[2:]}
+    budget = response_tokens(two) + 120
     fitted = await ok(session, "multi_get", paths=asked, max_tokens=budget)
     assert [f["path"] for f in fitted["files"]] == order[:3]
     assert [f["truncated"] for f in fitted["files"]] == [False, False, True]
-    assert sum(f["tokens"] for f in fitted["files"]) <= budget
-    assert fitted["not_included"] == order[3:]
+    assert response_tokens(fitted) == fitted["budget"]["used_tokens"] <= budget
+    assert fitted["not_included"] == order[3:] and fitted["budget"]["dropped"] == 1
     message = await error(session, "multi_get", paths=["docs/missing.md"])
     assert message.startswith("'docs/missing.md' is not an indexed file")
     assert (await error(session, "multi_get", paths=[])).startswith("paths must be a list of 1")

@@ -17,9 +17,11 @@ from rifflux.index.indexer import Indexer
 from rifflux.search.budget import (
     ELLIPSIS,
     MIN_EXCERPT_TOKENS,
+    budget_response,
     estimate_tokens,
     excerpt,
     fit_results,
+    response_tokens,
 )
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
@@ -102,6 +104,22 @@ def test_a_cjk_result_is_cut_around_the_cjk_word() -> None:
 
 words = st.text(alphabet="abcdefgh数据库검색", min_size=1, max_size=12)
 texts = st.lists(words, min_size=0, max_size=300).map(" ".join)
+
+
+@given(contents=st.lists(texts, min_size=1, max_size=8), budget=st.integers(50, 600), query=texts)
+@settings(max_examples=60, deadline=None)
+def test_a_budgeted_response_is_at_most_max_tokens_as_sent(
+    contents: list[str], budget: int, query: str
+) -> None:
+    response = {"query": query, "count": len(contents), "results": []}
+    response["results"] = [result(i, c) for i, c in enumerate(contents)]
+    fitted = budget_response(response, query, budget)
+    frame = budget_response({**response, "results": []}, query, budget)
+    if response_tokens(frame) <= budget:  # Else the query echoed alone is over it.
+        assert response_tokens(fitted) == fitted["budget"]["used_tokens"] <= budget
+    assert fitted["count"] == len(fitted["results"]) == len(contents) - fitted["budget"]["dropped"]
+    positions = [int(r["chunk_id"][1:]) for r in fitted["results"]]
+    assert positions == sorted(positions)
 
 
 @settings(max_examples=60, deadline=None)
@@ -210,7 +228,10 @@ def test_get_file_max_tokens_keeps_chunks_in_order_and_cuts_the_next(
     whole = guide.get_file("docs/long.md")
     fitted = guide.get_file("docs/long.md", max_tokens=500)
     chunks = fitted["chunks"]
-    assert fitted["budget"]["used_tokens"] == sum(c["tokens"] for c in chunks) <= 500
+    # The budget is the whole answer's, as the MCP tool and get-file --json send it.
+    used = fitted["budget"]["used_tokens"]
+    assert used == response_tokens({"file": fitted}) <= 500
+    assert sum(c["tokens"] for c in chunks) < used
     assert fitted["budget"]["dropped"] == len(whole["chunks"]) - len(chunks) > 0
     assert [c["chunk_index"] for c in chunks] == list(range(len(chunks)))
     assert all(not c["truncated"] for c in chunks[:-1]) and chunks[-1]["truncated"]

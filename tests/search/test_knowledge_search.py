@@ -20,7 +20,7 @@ from rifflux.cli import build_parser
 from rifflux.errors import IndexMissingError, InvalidQueryError, NotFoundError
 from rifflux.index.indexer import Indexer
 from rifflux.search import knowledge
-from rifflux.search.budget import estimate_tokens
+from rifflux.search.budget import estimate_tokens, response_tokens
 from rifflux.search.multi_get import expand, read_files
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
@@ -256,15 +256,17 @@ def test_search_errors_answers_a_pasted_error_line_with_its_fix(
 
 
 def test_knowledge_searches_fit_max_tokens(service: SearchService) -> None:
-    response = knowledge.search_errors(service, "error permission denied", limit=10, max_tokens=80)
+    response = knowledge.search_errors(service, "error permission denied", limit=10, max_tokens=300)
     budget = response["budget"]
-    assert budget["max_tokens"] == 80
-    assert budget["used_tokens"] == sum(r["tokens"] for r in response["results"]) <= 80
+    assert budget["max_tokens"] == 300
+    # The budget is the whole answer's: its compact JSON, metadata included.
+    assert budget["used_tokens"] == response_tokens(response) <= 300
+    assert sum(r["tokens"] for r in response["results"]) < budget["used_tokens"]
     assert response["count"] == len(response["results"]) >= 1
     for result in response["results"]:
         assert estimate_tokens(result["solution"]) == result["tokens"]
-    decisions = knowledge.search_decisions(service, "database", max_tokens=50)
-    assert decisions["budget"]["used_tokens"] <= 50
+    decisions = knowledge.search_decisions(service, "database", max_tokens=200)
+    assert response_tokens(decisions) == decisions["budget"]["used_tokens"] <= 200
 
 
 def test_multi_get_returns_files_in_the_order_asked_under_one_budget(
@@ -288,12 +290,14 @@ def test_multi_get_returns_files_in_the_order_asked_under_one_budget(
         indexed = service.get_file(entry["path"])["chunks"]
         assert entry["content"] == "\n\n".join(c["content"] for c in indexed)
         assert entry["tokens"] == estimate_tokens(entry["content"]) and not entry["truncated"]
-    budget = whole["files"][0]["tokens"] + 60
+    # Room for the first file whole, a cut of the second and the answer around them.
+    one = {**whole, "files": whole["files"][:1], "not_included": paths[1:]}
+    budget = response_tokens(one) + 90
     fitted = read_files(reader, paths, budget)
     assert [f["path"] for f in fitted["files"]] == paths[:2]
     assert [f["truncated"] for f in fitted["files"]] == [False, True]
-    assert sum(f["tokens"] for f in fitted["files"]) <= budget
-    assert fitted["not_included"] == paths[2:]
+    assert response_tokens(fitted) == fitted["budget"]["used_tokens"] <= budget
+    assert fitted["not_included"] == paths[2:] and fitted["budget"]["dropped"] == 2
     assert fitted["count"] == 2
     with pytest.raises(NotFoundError, match=r"^'docs/nope\.md' is not an indexed file"):
         expand(reader, ["docs/nope.md"])

@@ -29,6 +29,7 @@ from rifflux_testing import (
 
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
+from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.status import index_status
 from rifflux.store.connection import connect
@@ -398,6 +399,8 @@ def test_every_file_is_keyword_searchable_while_the_vector_phase_is_held_back(
         assert files_not_found_lexically(service, corpus, "docs") == []
         assert service.search("agent instructions", top_k=5, mode="semantic") == []
         hybrid = service.search("agent instructions", top_k=5, mode="hybrid")
+        # A search answered now says that vectors are missing and what that means.
+        answered = service.search_response(SearchRequest("agent instructions", top_k=5))
         gate.touch()
         record = queue.wait(job_id, timeout=120)
         after = index_status(service, queue.status)
@@ -425,6 +428,8 @@ def test_every_file_is_keyword_searchable_while_the_vector_phase_is_held_back(
         }
     ]
     assert hybrid and all(h["score_breakdown"]["semantic_rank"] is None for h in hybrid)
+    assert answered["embedding_coverage"] == 0.0
+    assert answered["warning"].startswith("0% of chunks have vectors")
     assert (record.state, record.phase) == ("completed", "done"), record.errors
     assert after["embedding_coverage"] == 1.0 and after["roots"][0]["embedding_coverage"] == 1.0
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
