@@ -211,7 +211,7 @@ def test_query_cache_size_zero_searches_every_time(tmp_path: Path) -> None:
         {"fusion": "minmax", "alpha": 0.3},
         {"group_by": "file"},
         {"lexical_weight": 2.0, "candidate_k": 20},
-        {"max_tokens": 60},
+        {"max_tokens": 300},
         {"path_glob": ["docs/*.md"], "content_contains": "walrus"},
     ],
 )
