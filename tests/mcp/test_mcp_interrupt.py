@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,17 @@ from rifflux_testing import wait_until
 # Generous: the bound only ends a test whose server does not stop.
 STOP_TIMEOUT_S = 60.0
 
+# Runs the command with SIGINT at its default, as a shell starts a foreground command.
+# A test process may itself ignore SIGINT (started in the background by a shell without
+# job control, as CI may be), and an ignored signal stays ignored across exec: Python
+# then installs no Ctrl-C handler, and nothing here would test what a terminal does.
+AS_FROM_A_SHELL = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])",
+]
+
 
 def on_a_terminal(tree: IndexedTree, *args: str, **env: str) -> tuple[subprocess.Popen[bytes], int]:
     """``rifflux serve ARGS`` with a pseudo-terminal for stdin, stdout and stderr; also
@@ -28,7 +40,7 @@ def on_a_terminal(tree: IndexedTree, *args: str, **env: str) -> tuple[subprocess
     controller, terminal = os.openpty()
     try:
         proc = subprocess.Popen(
-            server_command(*args),
+            [*AS_FROM_A_SHELL, *server_command(*args)],
             env=tree.env(**env),
             cwd=tree.root,
             stdin=terminal,
