@@ -8,7 +8,7 @@ cache off, on an index built beforehand with the same embedder, e.g.:
 
     RIFFLUX_EMBEDDING_BACKEND=onnx RIFFLUX_DB_PATH=W/index.db \\
         .venv/bin/rifflux index W/corpus --in-process
-    nice -n 5 .venv/bin/python benchmarks/agent_questions.py --db W/index.db \\
+    nice -n 5 .venv/bin/python -m benchmarks.agent_questions --db W/index.db \\
         --corpus W/corpus --backend onnx
 
 1. **idle**: ``--rounds`` passes over the questions per mode (lexical, semantic,
@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from mcp import StdioServerParameters
-from scale_mcp import MODES, call, job_state, open_session, timed_search
-from scale_queries import percentiles
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.harness import REPO
+from benchmarks.scale_mcp import MODES, call, job_state, open_session, timed_search
+from benchmarks.scale_queries import percentiles
+
 QUERIES = Path(__file__).resolve().parent / "awesome_copilot_queries.jsonl"
 STYLES = ("question", "paraphrase")
 STATUS_EVERY_SECONDS = 2.0

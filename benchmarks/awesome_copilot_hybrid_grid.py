@@ -1,11 +1,11 @@
 """Hybrid levers on the awesome-copilot judged queries, file level, against the naive pipeline.
 
-    python benchmarks/awesome_copilot_hybrid_grid.py                        # every setting, tune
-    python benchmarks/awesome_copilot_hybrid_grid.py --only base rrf-k20    # some settings
-    python benchmarks/awesome_copilot_hybrid_grid.py --split heldout --only base rrf-k20
+    python -m benchmarks.awesome_copilot_hybrid_grid                        # every setting, tune
+    python -m benchmarks.awesome_copilot_hybrid_grid --only base rrf-k20    # some settings
+    python -m benchmarks.awesome_copilot_hybrid_grid --split heldout --only base rrf-k20
 
 Every setting is a hybrid search through the real ``SearchService.search`` over the index
-``awesome_copilot_quality.py`` builds (same corpus subset, cache directory and vector
+``benchmarks.awesome_copilot_quality`` builds (same corpus subset, cache directory and vector
 cache; run that script first, this one embeds only the queries), scored as that script
 scores: the distinct files of the ranked chunks in rank order (``rank_documents``, as
 ``rifflux eval``), nDCG@10 / Recall@10 / MRR@10 with the graded judgements. A setting
@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awesome_copilot_quality import (
+from benchmarks.awesome_copilot_quality import (
     CUTOFF,
     DEFAULT_CACHE,
     DEFAULT_CORPUS,
@@ -55,7 +55,6 @@ from awesome_copilot_quality import (
     prepare_corpus,
     score,
 )
-
 from rifflux.config import Settings
 from rifflux.embed.onnx import OnnxEmbedder
 from rifflux.eval.runner import rank_documents

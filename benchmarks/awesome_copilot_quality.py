@@ -1,9 +1,9 @@
 """File-level retrieval quality on real markdown: Rifflux against a naive pipeline.
 
-    python benchmarks/awesome_copilot_quality.py                      # both halves
-    python benchmarks/awesome_copilot_quality.py --split heldout      # the held-out half
-    python benchmarks/awesome_copilot_quality.py --split tune --per-query
-    python benchmarks/awesome_copilot_quality.py --heading-weight 0.5 --candidate-multiplier 6
+    python -m benchmarks.awesome_copilot_quality                      # both halves
+    python -m benchmarks.awesome_copilot_quality --split heldout      # the held-out half
+    python -m benchmarks.awesome_copilot_quality --split tune --per-query
+    python -m benchmarks.awesome_copilot_quality --heading-weight 0.5 --candidate-multiplier 6
 
 The queries and their judged files are ``benchmarks/awesome_copilot_queries.jsonl`` (one
 JSON object a line: ``id``, ``split`` "tune" or "heldout", ``style``, ``query`` and
@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import DEFAULT_CORPUS, REPO
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.onnx import OnnxEmbedder
@@ -68,9 +69,7 @@ from rifflux.search.query import build_match_query
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpora" / "awesome-copilot"
-DEFAULT_QUERIES = REPO_ROOT / "benchmarks" / "awesome_copilot_queries.jsonl"
+DEFAULT_QUERIES = REPO / "benchmarks" / "awesome_copilot_queries.jsonl"
 DEFAULT_CACHE = Path.home() / ".cache" / "rifflux" / "awesome-copilot-quality"
 MODES = ("lexical", "semantic", "hybrid")
 SPLITS = ("tune", "heldout")
@@ -288,7 +287,7 @@ def chunker_fingerprint(settings: Settings) -> str:
     """Names a Rifflux index by everything that decides its chunks and embedding inputs."""
     digest = hashlib.sha256()
     for module in ("chunker.py", "prepare.py", "frontmatter.py"):
-        digest.update((REPO_ROOT / "rifflux" / "index" / module).read_bytes())
+        digest.update((REPO / "rifflux" / "index" / module).read_bytes())
     digest.update(f"{settings.max_chunk_chars}/{settings.min_chunk_chars}".encode())
     return digest.hexdigest()[:12]
 

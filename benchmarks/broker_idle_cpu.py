@@ -1,6 +1,6 @@
 """CPU used by idle consumers of the SQLite broker (it must not busy-loop).
 
-    python benchmarks/broker_idle_cpu.py --seconds 30
+    python -m benchmarks.broker_idle_cpu --seconds 30
 
 Each mode runs for ``--seconds`` on an empty queue in a fresh broker file and reports
 this process's CPU time (all threads) divided by the wall time:

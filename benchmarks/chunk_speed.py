@@ -8,8 +8,8 @@ markdown-it. With ``--check`` it also asserts that both paths give identical chu
 every file, at the shipped bounds and at small ones that split oversized blocks, and on a
 sample of the generated scale corpus (``benchmarks/scale_corpus.py``).
 
-    .venv/bin/python benchmarks/chunk_speed.py
-    .venv/bin/python benchmarks/chunk_speed.py --check --scale-files 2000
+    .venv/bin/python -m benchmarks.chunk_speed
+    .venv/bin/python -m benchmarks.chunk_speed --check --scale-files 2000
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from scale_corpus import DEFAULT_SOURCE, Vocabulary, document
-
+from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.scale_corpus import DEFAULT_SOURCE, Vocabulary, document
 from rifflux.config import Settings
 from rifflux.index import blocks, chunker
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 CHECK_LIMITS = ((300, 100), (80, 0))
 T = TypeVar("T")
 

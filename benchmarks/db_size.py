@@ -1,6 +1,6 @@
 """Index database size against corpus text, with the bytes of every table and index.
 
-Generates the corpus with ``scale_corpus.py`` if ``WORKDIR/corpus`` is missing (25k files
+Generates the corpus with ``benchmarks.scale_corpus`` if ``WORKDIR/corpus`` is missing (25k files
 ≈ 200k chunks by default), indexes it in-process with the hash embedder into ``--db``
 (default ``WORKDIR/index.db``) if that file is missing, checkpoints the WAL into the main
 file (so the figure is the database, not a leftover log), and prints the corpus text
@@ -8,7 +8,7 @@ bytes (the sum of the file sizes), the main file's bytes, their ratio, and the b
 every table and index (SQLite's ``dbstat`` virtual table; an FTS5 table's shadow tables
 are grouped under it).
 
-    nice -n 10 .venv/bin/python benchmarks/db_size.py --workdir /work/bench-dbsize --out size.json
+    nice -n 10 .venv/bin/python -m benchmarks.db_size --workdir /work/bench-dbsize --out size.json
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scale_corpus import generate
-
 import rifflux
+from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 
-SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 FTS5_SHADOWS = ("_data", "_idx", "_docsize", "_content", "_config")
 
 
@@ -97,7 +96,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/work/bench-dbsize"))
     parser.add_argument("--db", type=Path, help="index (default: WORKDIR/index.db)")
     parser.add_argument("--files", type=int, default=25_000)
-    parser.add_argument("--source", type=Path, default=SHARED_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--out", type=Path, help="write the JSON here (the log goes to stdout)")
     args = parser.parse_args()
     corpus = args.workdir / "corpus"

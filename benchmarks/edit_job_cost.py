@@ -15,7 +15,7 @@ embedder), then ``--edits`` times rewrites one file and measures, in this proces
 
 Wall and CPU seconds (``time.process_time``) of each, median over the edits.
 
-    nice -n 5 .venv/bin/python benchmarks/edit_job_cost.py --files 100000 --workdir W
+    nice -n 5 .venv/bin/python -m benchmarks.edit_job_cost --files 100000 --workdir W
 """
 
 from __future__ import annotations

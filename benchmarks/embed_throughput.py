@@ -1,6 +1,6 @@
 """Embedding throughput of the ONNX and hash embedders on a markdown corpus.
 
-    python benchmarks/embed_throughput.py --limit 2000 --threads 2 --batch-size 32
+    python -m benchmarks.embed_throughput --limit 2000 --threads 2 --batch-size 32
 
 Markdown files are split on blank lines into pieces of up to ~1,200 characters (close
 to what the indexer's chunker produces), in sorted path order; the first ``--limit``
@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from benchmarks.harness import DEFAULT_CORPUS
 from rifflux.embed import HashEmbedder, OnnxEmbedder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpora" / "awesome-copilot"
 CHUNK_CHARS = 1200
 BACKENDS = ("onnx", "hash")
 

@@ -27,7 +27,7 @@ whether the publisher would refuse the graph; ``held_out`` is recall@10 of real 
 int8 scan, with the exact scan's and the graph's p50 / p95 search time (thread CPU
 time: other jobs on a shared machine do not inflate it).
 
-    nice -n 10 .venv/bin/python benchmarks/hnsw_recall.py --db /tmp/hnsw22/ac/index.db \\
+    nice -n 10 .venv/bin/python -m benchmarks.hnsw_recall --db /tmp/hnsw22/ac/index.db \\
         --queries benchmarks/awesome_copilot_queries.jsonl --rows 200000 --noise 0.5 1.0
 """
 
@@ -45,10 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_corpus import Vocabulary, paragraph
-from vector_search import machine
-
+from benchmarks.scale_corpus import Vocabulary, paragraph
+from benchmarks.vector_search import machine
 from rifflux.vectors.hnsw import (
     RECALL_FLOOR,
     build_graph,

@@ -1,10 +1,10 @@
 """Does a graph of a sample of a segment's rows predict the recall of the segment's own
 graph? The publisher checks a large segment on a sample before building its graph
 (``rifflux.vectors.hnsw.sample_recall``); this measures the sample's recall at several
-sample sizes, and optionally the whole graph's, on the rows of ``hnsw_recall.py``: hash
+sample sizes, and optionally the whole graph's, on the rows of ``benchmarks.hnsw_recall``: hash
 vectors of generated text, and noisy copies of real ONNX vectors (``--db``).
 
-    nice -n 10 .venv/bin/python benchmarks/hnsw_sample.py --rows 200000 \\
+    nice -n 10 .venv/bin/python -m benchmarks.hnsw_sample --rows 200000 \\
         --db ONNX_INDEX.db --noise 1.0 2.0 [--whole]
 """
 
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from hnsw_recall import hash_rows, noisy_copies, read_vectors, unit
 
+from benchmarks.hnsw_recall import hash_rows, noisy_copies, read_vectors, unit
 from rifflux.vectors.hnsw import build_graph, measure_recall
 
 SAMPLES = (2_000, 5_000, 10_000, 20_000)

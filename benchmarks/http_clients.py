@@ -10,10 +10,10 @@ that window, read from ``/proc``. Build the index first, e.g.:
 
     RIFFLUX_EMBEDDING_BACKEND=hash .venv/bin/rifflux index --in-process \\
         ../shared/corpora/awesome-copilot --db /tmp/ac/index.db
-    nice -n 10 .venv/bin/python benchmarks/http_clients.py --db /tmp/ac/index.db \\
+    nice -n 10 .venv/bin/python -m benchmarks.http_clients --db /tmp/ac/index.db \\
         --http-workers 1 2
     # before: another checkout's server (no --http-workers flag there)
-    nice -n 10 .venv/bin/python benchmarks/http_clients.py --db /tmp/ac/index.db \\
+    nice -n 10 .venv/bin/python -m benchmarks.http_clients --db /tmp/ac/index.db \\
         --server-python ../main/.venv/bin/python --http-workers 0
 """
 
@@ -35,8 +35,7 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from index_and_search import QUERIES, percentile
+from benchmarks.index_and_search import QUERIES, percentile
 
 MODES = ("lexical", "semantic", "hybrid")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

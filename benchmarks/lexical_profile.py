@@ -1,5 +1,5 @@
 """Where a lexical search's time goes at ~200k chunks: CPU time and SQLite VM steps of
-each statement kind a search runs, per query class (``scale_queries.py``'s labels).
+each statement kind a search runs, per query class (``benchmarks.scale_queries``'s labels).
 
 Runs ``lexical_search`` (default options) over the queries on one read-only connection
 whose statements are timed one by one (CPU time of this process, each statement run to
@@ -10,7 +10,7 @@ the rarer clauses' rows or over every match, the path and about probes, the rest
 reader does), else each search counts afresh; ``--pragma`` runs a PRAGMA on the
 connection first (e.g. ``mmap_size=1073741824``).
 
-    nice -n 10 .venv/bin/python benchmarks/lexical_profile.py --db /work/wt/lexical-data/index.db
+    nice -n 10 .venv/bin/python -m benchmarks.lexical_profile --db /work/wt/lexical-data/index.db
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from scale_queries import make_queries
-
+from benchmarks.scale_queries import make_queries
 from rifflux.search.lexical import DEFAULT_OPTIONS, lexical_search
 from rifflux.store import fts
 from rifflux.store.fts import ClauseCounts

@@ -4,7 +4,7 @@ Spawns ``rifflux serve`` (stdio) on an existing index and times complete tool ca
 (request → JSON result) from an ``mcp`` client. Build the index first, e.g.:
 
     .venv/bin/rifflux index --in-process ../shared/corpora/awesome-copilot --db /tmp/ac/index.db
-    .venv/bin/python benchmarks/mcp_latency.py --db /tmp/ac/index.db
+    .venv/bin/python -m benchmarks.mcp_latency --db /tmp/ac/index.db
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from pathlib import Path
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from index_and_search import QUERIES, percentile
+from benchmarks.index_and_search import QUERIES, percentile
 
 
 async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:

@@ -14,9 +14,9 @@ Spawns ``rifflux serve`` (stdio) in a fresh directory with an empty index and ca
 ``--timeline`` runs the server and its workers at log level INFO and reports when each
 phase started and ended (seconds after the ``reindex`` call), from their log lines.
 
-    .venv/bin/python benchmarks/mcp_reindex.py --backend hash
-    .venv/bin/python benchmarks/mcp_reindex.py --backend hash --timeline
-    .venv/bin/python benchmarks/mcp_reindex.py --backend onnx --background
+    .venv/bin/python -m benchmarks.mcp_reindex --backend hash
+    .venv/bin/python -m benchmarks.mcp_reindex --backend hash --timeline
+    .venv/bin/python -m benchmarks.mcp_reindex --backend onnx --background
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from typing import IO, Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.harness import DEFAULT_CORPUS
+
 WORD = re.compile(r"[A-Za-z]{9,}")
 
 

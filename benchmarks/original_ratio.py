@@ -11,7 +11,7 @@ initialised session) and the ``reindex`` call (``{"path": corpus}``, waiting),
 separately. Prints each turn, the medians and the ratio original ÷ ours of the median
 ``reindex`` calls.
 
-    nice -n 10 .venv/bin/python benchmarks/original_ratio.py --rounds 3
+    nice -n 10 .venv/bin/python -m benchmarks.original_ratio --rounds 3
 
 Only a ratio measured in the same run counts (``../shared/peers/README.md``).
 """
@@ -35,9 +35,8 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-DEFAULT_CORPUS = SHARED / "corpora" / "awesome-copilot"
+from benchmarks.harness import DEFAULT_CORPUS, REPO, SHARED
+
 INSTALLER = SHARED / "peers" / "install-original.sh"
 
 

@@ -1,7 +1,7 @@
 """What the lexical path field costs: the writer, the index file, and searches while indexing.
 
-    python benchmarks/path_field_cost.py                       # whole awesome-copilot corpus
-    python benchmarks/path_field_cost.py --rounds 2 --edits 10
+    python -m benchmarks.path_field_cost                       # whole awesome-copilot corpus
+    python -m benchmarks.path_field_cost --rounds 2 --edits 10
 
 Uses only the public API (``Indexer``, ``SearchService``, ``LexicalOptions``), so the same
 command measures any commit: run it from a checkout of the code before and after a change
@@ -35,9 +35,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from awesome_copilot_quality import DEFAULT_CORPUS, DEFAULT_QUERIES, load_queries, sync_copy
-
 import rifflux
+from benchmarks.awesome_copilot_quality import (
+    DEFAULT_CORPUS,
+    DEFAULT_QUERIES,
+    load_queries,
+    sync_copy,
+)
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.search import lexical

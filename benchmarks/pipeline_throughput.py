@@ -11,7 +11,7 @@
    write rows, embed, write vectors, finalize (model load included). Pipeline throughput
    = texts ÷ (submit → completed).
 
-    .venv/bin/python benchmarks/pipeline_throughput.py --files 150 --processes 2
+    .venv/bin/python -m benchmarks.pipeline_throughput --files 150 --processes 2
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus_sample import copy_files
-
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import DEFAULT_CORPUS
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
 from rifflux.queue.client import IndexQueue
 from workers.launcher import launch_local_pool, onnx_threads_per_worker
-
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 
 RAW_WORKER = """
 import json, sys, time

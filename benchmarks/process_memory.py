@@ -1,8 +1,8 @@
 """Peak RSS of each kind of Rifflux process at scale, each step in a fresh process.
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 25000 --workdir /work/scale \
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --files 25000 --workdir /work/scale \
         --vector-index exact --keep
-    nice -n 10 .venv/bin/python benchmarks/process_memory.py --workdir /work/scale --files 25000
+    nice -n 10 .venv/bin/python -m benchmarks.process_memory --workdir /work/scale --files 25000
 
 On the corpus and index a ``scale_run.py --keep`` left in ``--workdir``, runs each step
 alone in a child process (``python -c``, so ``PYTHONPATH`` picks the code measured: run it

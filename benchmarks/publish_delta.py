@@ -1,6 +1,6 @@
 """The vector cache publish after one edited file, at a generated corpus's scale.
 
-Generates ``--files`` markdown files with ``scale_corpus.py`` (deterministic) unless the
+Generates ``--files`` markdown files with ``benchmarks.scale_corpus`` (deterministic) unless the
 work directory has them, indexes them in-process (hash embedder, ``--vector-index``,
 default exact), then ``--edits`` times: rewrites one file, re-indexes in-process with
 the indexer's own publish turned off, and times one :func:`~rifflux.vectors.publish.
@@ -8,7 +8,7 @@ publish` alone. Prints per edit the publish's seconds, its action, the rows it a
 removed, and the database rows it read (``rows_read``; a Rifflux whose
 ``PublishResult`` has no such field lists every vector row: printed as ``all``).
 
-    nice -n 10 .venv/bin/python benchmarks/publish_delta.py --files 10000 \
+    nice -n 10 .venv/bin/python -m benchmarks.publish_delta --files 10000 \
         --workdir /tmp/publish-delta
 
 The corpus and the index are kept in ``--workdir``, so a second run (another build of
@@ -32,9 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from scale_corpus import generate
-
 import rifflux.index.indexer as indexer_module
+from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.store.connection import _split_sql

@@ -1,6 +1,6 @@
 """Peak RSS and CPU time of a full vector-cache publish at scale, each in a fresh process.
 
-    nice -n 10 .venv/bin/python benchmarks/publish_memory.py --workdir /tmp/pubmem \
+    nice -n 10 .venv/bin/python -m benchmarks.publish_memory --workdir /tmp/pubmem \
         --rows 800000 --before /work/main
 
 Builds (once, kept in ``--workdir``) a real index of ``--rows`` chunk rows without

@@ -1,8 +1,8 @@
 """Resident memory a front process gains from the query cache: 1,000 distinct top_k 100
 searches on the vendored awesome-copilot corpus (hash embedder).
 
-    .venv/bin/python benchmarks/query_cache_memory.py
-    PYTHONPATH=<an older checkout> .venv/bin/python benchmarks/query_cache_memory.py
+    .venv/bin/python -m benchmarks.query_cache_memory
+    PYTHONPATH=<an older checkout> .venv/bin/python -m benchmarks.query_cache_memory
 
 Indexes tests/corpus/awesome-copilot into a temporary directory, then, in a fresh child
 process per cache setting (``python -c``, so ``PYTHONPATH`` picks the code measured), runs
@@ -23,8 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CORPUS = REPO_ROOT / "tests" / "corpus" / "awesome-copilot"
+from benchmarks.harness import VENDORED_CORPUS as CORPUS
 
 CHILD = """
 import json, re, sys

@@ -14,7 +14,7 @@ As the actors do (``workers.actors.inline_embedder``), the hash embedder runs in
 chunk step, which then writes the vectors too: the embed and write_vectors steps (and
 their messages) are left for ONNX.
 
-    .venv/bin/python benchmarks/queue_profile.py --backend hash
+    .venv/bin/python -m benchmarks.queue_profile --backend hash
 
 ``--keep-db PATH`` keeps a copy of the finished index (the steps run in one process, so
 two checkouts write the same rows in the same order: ``index_tables_diff.py`` compares
@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchmarks.harness import DEFAULT_CORPUS
 from rifflux.config import Settings
 from rifflux.embed.factory import make_embedder
 from rifflux.index import pipeline
@@ -51,7 +52,6 @@ from rifflux.index.messages import (
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 T = TypeVar("T")
 
 

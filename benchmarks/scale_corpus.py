@@ -13,7 +13,7 @@ The same ``(files, seed, vocabulary)`` always gives byte-identical files: every 
 generated from its own ``random.Random(seed, index)``, so a file's text does not depend on
 how many files were generated before it and the corpus can be generated in parallel.
 
-    .venv/bin/python benchmarks/scale_corpus.py /work/scale-corpus --files 100000
+    .venv/bin/python -m benchmarks.scale_corpus /work/scale-corpus --files 100000
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ stdio with a real ``mcp`` client session. Everything is measured through MCP too
    crashed the server twice with SIGBUS in ``index_status``: BENCHMARKS.md);
 2. idle search latency: ``search_rifflux`` p50/p95/p99 per mode (lexical, semantic,
    hybrid; query cache off) over realistic queries lifted from the index
-   (``scale_queries.py``: 2–6 words, rare, common and phrases);
+   (``benchmarks.scale_queries``: 2–6 words, rare, common and phrases);
 3. the same while a reindex of ``--edits`` changed files runs: that many files get a new
    paragraph, ``reindex`` with ``background: true``, then the queries in turn (modes in
    rotation) until ``index_status`` says the job is done;
@@ -49,9 +49,10 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from scale_corpus import Vocabulary, sentence
-from scale_queries import make_queries, percentiles
-from watch_first_edit import one_edit
+
+from benchmarks.scale_corpus import Vocabulary, sentence
+from benchmarks.scale_queries import make_queries, percentiles
+from benchmarks.watch_first_edit import one_edit
 
 MODES = ("lexical", "semantic", "hybrid")
 SAMPLE_SECONDS = 0.5

@@ -1,5 +1,5 @@
 """Realistic search queries lifted from an index, and latency percentiles: shared by the
-scale benchmarks (``lexical_scale.py``, ``scale_run.py --mcp``).
+scale benchmarks (``benchmarks.lexical_scale``, ``scale_run.py --mcp``).
 
 A query is a run of 2–6 consecutive words of a random chunk of the index (lower-cased),
 20% of them quoted as phrases. Each is labelled by the rarest of its words: ``rare`` (a

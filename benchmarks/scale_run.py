@@ -1,18 +1,18 @@
 """A scale run on a generated corpus: through the real MCP server (``--mcp``), or the queue.
 
-``--mcp`` (the issue-22 benchmark, ``scale_mcp.py``): the server and ``rifflux worker``
+``--mcp`` (the issue-22 benchmark, ``benchmarks.scale_mcp``): the server and ``rifflux worker``
 as ``make run`` starts them, a real MCP client over stdio; full index via ``reindex``,
 search p50/p95/p99 per mode idle and during a reindex of 1,000 changed files, one-edit
 freshness with the watcher on, peak RSS per process, database bytes per chunk. One
 command per size; ``--repo PATH`` runs another checkout (the "before"):
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 10000 --workdir W
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 100000 --workdir W
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 10000 --workdir W \
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --mcp --files 10000 --workdir W
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --mcp --files 100000 --workdir W
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --mcp --files 10000 --workdir W \
         --repo /work/main
 
 Without ``--mcp``, in-process: generates ``--files`` markdown files with
-``scale_corpus.py`` (deterministic), boots a local worker pool (``--processes``, as
+``benchmarks.scale_corpus`` (deterministic), boots a local worker pool (``--processes``, as
 ``rifflux index`` would), then measures:
 
 - the full index job (submit → completed), files/s, and each phase's span from the
@@ -25,7 +25,7 @@ Without ``--mcp``, in-process: generates ``--files`` markdown files with
 
 The generated corpus and the index are deleted at the end unless ``--keep``.
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 100000 --workdir /work/scale \
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --files 100000 --workdir /work/scale \
         --vector-index exact
 """
 
@@ -46,16 +46,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from scale_corpus import Vocabulary, generate
-from scale_mcp import main_mcp
-
+from benchmarks.harness import REPO
+from benchmarks.scale_corpus import Vocabulary, generate
+from benchmarks.scale_mcp import main_mcp
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
 from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def children(pid: int) -> list[int]:

@@ -1,8 +1,8 @@
 """Fusion grids on SciFact train through the real search: minmax α and RRF weights.
 
-    python benchmarks/scifact_fusion_grid.py                 # both grids, top_k 100
-    python benchmarks/scifact_fusion_grid.py --top-k 10      # at the depth users search
-    python benchmarks/scifact_fusion_grid.py --only minmax-a0.6 rrf-w0.4-0.6
+    python -m benchmarks.scifact_fusion_grid                 # both grids, top_k 100
+    python -m benchmarks.scifact_fusion_grid --top-k 10      # at the depth users search
+    python -m benchmarks.scifact_fusion_grid --only minmax-a0.6 rrf-w0.4-0.6
 
 Every configuration is a set of ``search_rifflux`` options (``fusion``, ``alpha``,
 ``lexical_weight``, ``semantic_weight``) passed to the core's ``SearchService.search``,
@@ -23,15 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scifact_lab import MemoEmbedder
-
+from benchmarks.harness import SCIFACT as DEFAULT_DATASET
+from benchmarks.scifact_lab import MemoEmbedder
 from rifflux.config import Settings
 from rifflux.eval import beir
 from rifflux.eval.runner import evaluate_search, judged_queries, prepare_index, service_search
 from rifflux.search.service import SearchService
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
 
 ALPHAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 WEIGHTS = (

@@ -1,6 +1,6 @@
 """Latency of the search options of issue 12 and of a query cache hit, on SciFact.
 
-    python benchmarks/search_options_latency.py [--queries 200]
+    python -m benchmarks.search_options_latency [--queries 200]
 
 Uses the cached SciFact eval index (``rifflux eval`` builds it; ONNX MiniLM-int8, 5,183
 files, 9,109 chunks). For each configuration, every query is searched once through
@@ -20,14 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import SCIFACT as DEFAULT_DATASET
 from rifflux.config import Settings
 from rifflux.eval import beir
 from rifflux.eval.runner import judged_queries, prepare_index
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "hybrid rrf (default)": {},

@@ -1,6 +1,6 @@
 """What the served-paths check (allowed roots and deny list) adds to an MCP search.
 
-    .venv/bin/python benchmarks/served_check_cost.py [--corpus DIR] [--rounds 5]
+    .venv/bin/python -m benchmarks.served_check_cost [--corpus DIR] [--rounds 5]
 
 Builds a hash-embedded index of the corpus (default: the vendored awesome-copilot files
 in tests/corpus) in a temporary directory, then, with the query cache off, runs every
@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness import REPO, VENDORED_CORPUS
 from rifflux.config import Settings
 from rifflux.index.allowed import real
 from rifflux.index.indexer import Indexer
@@ -31,14 +32,12 @@ from rifflux.search.request import SearchRequest
 from rifflux.search.served import ServedPaths
 from rifflux.search.service import SearchService
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO / "tests" / "corpus" / "awesome-copilot"
 QUERIES = REPO / "benchmarks" / "awesome_copilot_queries.jsonl"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     queries = [json.loads(line)["query"] for line in QUERIES.read_text().splitlines() if line]

@@ -20,13 +20,13 @@ comparison of ``rifflux status --check``. Optionally times the ONNX query embedd
 which a real hybrid search adds, and the search service end to end (query embedding,
 cache, SQLite) on an existing index.
 
-    .venv/bin/python benchmarks/vector_search.py
-    .venv/bin/python benchmarks/vector_search.py --sizes 20000 100000 --onnx-queries 20
-    .venv/bin/python benchmarks/vector_search.py --sizes \
+    .venv/bin/python -m benchmarks.vector_search
+    .venv/bin/python -m benchmarks.vector_search --sizes 20000 100000 --onnx-queries 20
+    .venv/bin/python -m benchmarks.vector_search --sizes \
         --real-db ~/.cache/rifflux/eval/scifact-76f8ce5360fd218e/index.db \
         --real-queries ../shared/eval/scifact/queries.jsonl
-    .venv/bin/python benchmarks/vector_search.py --sizes --service-db /tmp/ac-onnx/index.db
-    .venv/bin/python benchmarks/vector_search.py --sizes --publish-db /tmp/ac-onnx/index.db
+    .venv/bin/python -m benchmarks.vector_search --sizes --service-db /tmp/ac-onnx/index.db
+    .venv/bin/python -m benchmarks.vector_search --sizes --publish-db /tmp/ac-onnx/index.db
 """
 
 from __future__ import annotations
@@ -46,10 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The query set of benchmarks/index_and_search.py, so the numbers compare.
-from index_and_search import QUERIES as SERVICE_QUERIES
-from index_and_search import percentile, time_searches
+from benchmarks.index_and_search import QUERIES as SERVICE_QUERIES
+from benchmarks.index_and_search import percentile, time_searches
 
 DIM = 384
 LIMIT = 20

@@ -19,9 +19,9 @@ the same instant as the server (or ``--worker-after`` seconds later); the report
 says whether the server started a local pool, whether it gave way
 (``reindex.local_pool_yields``) and how long it lived.
 
-    .venv/bin/python benchmarks/watch_first_edit.py
-    .venv/bin/python benchmarks/watch_first_edit.py --repo /work/main   # the code before
-    .venv/bin/python benchmarks/watch_first_edit.py --beside-worker [--worker-after 2]
+    .venv/bin/python -m benchmarks.watch_first_edit
+    .venv/bin/python -m benchmarks.watch_first_edit --repo /work/main   # the code before
+    .venv/bin/python -m benchmarks.watch_first_edit --beside-worker [--worker-after 2]
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO / "tests" / "corpus" / "awesome-copilot"
+from benchmarks.harness import REPO, VENDORED_CORPUS
+
 POLL_SECONDS = 0.05
 
 
@@ -233,7 +233,7 @@ def report(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO, help="the Rifflux checkout to run")
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument(
         "--backend",
         choices=["hash", "onnx"],

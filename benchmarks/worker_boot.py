@@ -16,7 +16,7 @@ is measured for each mode. Every run gets a fresh directory and index, its queue
 created first (as the front process creates it before it starts a pool), and the hash
 embedder (the ONNX model is loaded on the first embed message, not at boot).
 
-    nice -n 5 .venv/bin/python benchmarks/worker_boot.py --rounds 5 --repo /work/main
+    nice -n 5 .venv/bin/python -m benchmarks.worker_boot --rounds 5 --repo /work/main
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.harness import REPO
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

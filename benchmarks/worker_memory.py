@@ -1,7 +1,7 @@
 """Peak RSS of ONNX worker processes during a real queue job, and embedder throughput.
 
-    .venv/bin/python benchmarks/worker_memory.py              # first 600 files, 2 workers
-    .venv/bin/python benchmarks/worker_memory.py --files 100  # a quick iteration
+    .venv/bin/python -m benchmarks.worker_memory              # first 600 files, 2 workers
+    .venv/bin/python -m benchmarks.worker_memory --files 100  # a quick iteration
 
 Copies the first ``--files`` markdown files (sorted paths) of the awesome-copilot corpus
 into a temporary directory and then measures two things:
@@ -41,10 +41,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from corpus_sample import copy_files
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import DEFAULT_CORPUS, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
 

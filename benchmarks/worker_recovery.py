@@ -11,7 +11,7 @@ until the pool is back at full size. Two setups:
   workers (one per kill, plus one), so the killed worker's messages wait for their
   lease to expire.
 
-    .venv/bin/python benchmarks/worker_recovery.py --files 300 --kills 3
+    .venv/bin/python -m benchmarks.worker_recovery --files 300 --kills 3
 """
 
 from __future__ import annotations
@@ -31,10 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus_sample import copy_files
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import DEFAULT_CORPUS, REPO
 
 
 def children_of(pid: int) -> list[int]:
@@ -73,7 +71,6 @@ def moved_again(queue_db: Path, message_ids: set[str], dead_pid: int) -> bool:
 
 
 def run(setup: str, corpus: Path, kills: int) -> dict[str, object]:
-    sys.path.insert(0, str(REPO))
     from rifflux.config import Settings
     from rifflux.queue.client import IndexQueue
     from workers.launcher import worker_environment

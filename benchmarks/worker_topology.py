@@ -3,7 +3,7 @@
 For each topology, indexes the same files into a fresh index with real ``dramatiq``
 worker processes on the SQLite broker and reports wall time and chunks/s.
 
-    .venv/bin/python benchmarks/worker_topology.py --files 150 --topologies 1x2 2x1
+    .venv/bin/python -m benchmarks.worker_topology --files 150 --topologies 1x2 2x1
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus_sample import copy_files
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import DEFAULT_CORPUS
 
 
 def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
