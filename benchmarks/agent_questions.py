@@ -39,9 +39,8 @@ from typing import Any
 
 from mcp import StdioServerParameters
 
-from benchmarks.harness import REPO
+from benchmarks.harness import REPO, percentiles
 from benchmarks.scale_mcp import MODES, call, job_state, open_session, timed_search
-from benchmarks.scale_queries import percentiles
 
 QUERIES = Path(__file__).resolve().parent / "awesome_copilot_queries.jsonl"
 STYLES = ("question", "paraphrase")

@@ -15,9 +15,7 @@ sample of the generated scale corpus (``benchmarks/scale_corpus.py``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import sys
 import time
@@ -25,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from benchmarks.scale_corpus import DEFAULT_SOURCE, Vocabulary, document
 from rifflux.config import Settings
 from rifflux.index import blocks, chunker
@@ -111,7 +109,7 @@ def main() -> int:
     unsure, scan_cpu = cpu(lambda: scan_all(sources), args.rounds)
     _, parse_cpu = cpu(lambda: parse_all(sources), args.rounds)
     report: dict[str, object] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "corpus": str(args.corpus),
         "files": len(texts),
@@ -144,7 +142,7 @@ def main() -> int:
             "mismatch_count": len(bad),
         }
         failed = failed or bool(bad)
-    print(json.dumps(report, indent=2))
+    emit("chunk_speed", **report)
     return 1 if failed else 0
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -205,8 +207,6 @@ def run_in_checkout(
 ) -> list[dict[str, Any]]:
     """Run ``python -m benchmarks.MODULE ARGS`` against another checkout's ``rifflux``
     (the before of a before/after) and return the JSON lines it printed."""
-    import subprocess
-
     completed = subprocess.run(
         [checkout_python(repo), "-m", f"benchmarks.{module}", *args],
         env=checkout_env(repo, **(dict(env) if env else {})),
@@ -217,3 +217,42 @@ def run_in_checkout(
         text=True,
     )
     return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_listening(proc: subprocess.Popen[bytes], port: int, timeout: float) -> None:
+    """Return once ``proc`` accepts on ``port``; exit if it dies or the time runs out."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"server did not listen on {port} within {timeout:g} s")
+
+
+def build_index(corpus: Path, db: Path, backend: str = "hash") -> Path:
+    """Index ``corpus`` in-process into ``db`` unless it exists; return ``db``."""
+    if not db.exists():
+        from rifflux.config import Settings
+        from rifflux.index.indexer import Indexer
+        from rifflux.logs import configure_logging
+
+        configure_logging("WARNING")
+        db.parent.mkdir(parents=True, exist_ok=True)
+        settings = Settings(db_path=db, base_dir=corpus.parent, embedding_backend=backend)
+        Indexer(settings).run([corpus])
+    return db

@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import emit, machine
 from benchmarks.scale_corpus import Vocabulary, paragraph
-from benchmarks.vector_search import machine
 from rifflux.vectors.hnsw import (
     RECALL_FLOOR,
     build_graph,
@@ -213,7 +213,7 @@ def measure(
         del index
         result["held_out"] = held_out(vectors, path, queries)
         path.unlink()
-    print(json.dumps(result), flush=True)
+    emit("hnsw_recall", **result)
     return result
 
 

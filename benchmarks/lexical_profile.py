@@ -16,7 +16,6 @@ connection first (e.g. ``mmap_size=1073741824``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sqlite3
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import emit
 from benchmarks.scale_queries import make_queries
 from rifflux.search.lexical import DEFAULT_OPTIONS, lexical_search
 from rifflux.store import fts
@@ -156,7 +156,7 @@ def main() -> int:
             "p50 total ms": round(statistics.median(r["total"] for r in rows), 2),
             **{f"mean {k}": round(sum(r.get(k, 0.0) for r in rows) / len(rows), 2) for k in keys},
         }
-    print(json.dumps(report, indent=2))
+    emit("lexical_profile", **report)
     return 0
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import sqlite3
@@ -38,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import rifflux
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, emit, percentiles
 from benchmarks.scale_corpus import generate
-from benchmarks.scale_queries import make_queries, percentiles
+from benchmarks.scale_queries import make_queries
 from rifflux.config import Settings
 from rifflux.errors import SearchTimeoutError
 from rifflux.index.indexer import Indexer
@@ -170,7 +169,7 @@ def main() -> int:
     report["lexical_ms"], rankings = measure(settings, queries, args.rounds)
     if args.fresh_counts:
         report["same_rankings_as_fresh_counts"] = fresh == rankings
-    print(json.dumps(report, indent=2), flush=True)
+    emit("lexical_scale", **report)
     if args.reference:
         full = LexicalOptions(bounded=False)
         report["lexical_ms_full_scoring"], reference = measure(settings, queries, args.rounds, full)
@@ -178,7 +177,7 @@ def main() -> int:
         report["differing_queries"] = [
             query for (_, query), a, b in zip(queries, rankings, reference, strict=True) if a != b
         ]
-        print(json.dumps(report, indent=2), flush=True)
+        emit("lexical_scale", **report)
     if args.optimize:
         conn = sqlite3.connect(db)
         try:
@@ -194,7 +193,7 @@ def main() -> int:
         report["segments_after"] = segments(db)
         report["lexical_ms_after"], after = measure(settings, queries, args.rounds)
         report["same_rankings"] = after == rankings
-        print(json.dumps(report, indent=2))
+        emit("lexical_scale", **report)
     return 0
 
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -22,7 +19,8 @@ from pathlib import Path
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.index_and_search import QUERIES, percentile
+from benchmarks.harness import emit, emit_machine, percentiles
+from benchmarks.index_and_search import QUERIES
 
 
 async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:
@@ -46,11 +44,7 @@ async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:
                     )
                     timings.append((time.perf_counter() - t0) * 1000)
                     assert not result.is_error, result.content
-            results[mode] = {
-                "p50_ms": round(statistics.median(timings), 2),
-                "p95_ms": round(percentile(timings, 0.95), 2),
-                "n": len(timings),
-            }
+            results[mode] = percentiles(timings)
     return results
 
 
@@ -60,13 +54,9 @@ def main() -> int:
     parser.add_argument("--backend", default="auto", help="must match the index's embedder")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-        "db": str(args.db),
-        "transport": "stdio",
-        "modes": asyncio.run(measure(args.db, args.backend, args.rounds)),
-    }
-    print(json.dumps(report, indent=2))
+    emit_machine(db=str(args.db), backend=args.backend, transport="stdio")
+    for mode, ms in asyncio.run(measure(args.db, args.backend, args.rounds)).items():
+        emit("mcp_search", mode=mode, ms=ms)
     return 0
 
 

@@ -26,7 +26,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -40,7 +39,7 @@ from typing import IO, Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, machine
 
 WORD = re.compile(r"[A-Za-z]{9,}")
 
@@ -290,7 +289,7 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                "machine": machine(),
                 "corpus": str(args.corpus),
                 "backend": args.backend,
                 "background": args.background,

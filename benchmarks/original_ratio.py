@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.harness import DEFAULT_CORPUS, REPO, SHARED
+from benchmarks.harness import DEFAULT_CORPUS, REPO, SHARED, emit, machine
 
 INSTALLER = SHARED / "peers" / "install-original.sh"
 
@@ -127,7 +126,7 @@ def main() -> int:
         )
     ]
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "corpus": str(args.corpus),
         "ours": str(args.repo),
         "commit": subprocess.run(
@@ -141,7 +140,7 @@ def main() -> int:
         "ratio_per_round": pairs,
         "ratio_original_over_ours": round(medians["original"] / medians["ours"], 2),
     }
-    print(json.dumps(report, indent=2))
+    emit("original_ratio", **report)
     return 0
 
 

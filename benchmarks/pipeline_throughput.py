@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchmarks.corpus_sample import copy_files
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, machine
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
@@ -117,7 +116,7 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                "machine": machine(),
                 "files": args.files,
                 "texts": len(texts),
                 "processes": args.processes,

@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from benchmarks.harness import emit, machine
 
 PRELUDE = """
 import json, resource, sys, time
@@ -121,7 +122,7 @@ def main() -> int:
     corpus = args.workdir / f"corpus-{args.files}"
     index = args.workdir / f"index-{args.files}" / "index.db"
     report: dict[str, object] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "code": os.environ.get("PYTHONPATH", "this checkout"),
         "files": args.files,
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
@@ -142,7 +143,7 @@ def main() -> int:
             name = "plan" if step == "second_plan" else step
             report[step] = run_step(name, corpus, db, args.workdir)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(report, indent=2))
+    emit("process_memory", **report)
     return 0
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks.harness import VENDORED_CORPUS as CORPUS
+from benchmarks.harness import emit, machine
 
 CHILD = """
 import json, re, sys
@@ -98,11 +98,11 @@ def main() -> int:
             line = {
                 "setting": name,
                 "code": os.environ.get("PYTHONPATH", "this checkout"),
-                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                "machine": machine(),
                 "searches": args.searches,
                 **result,
             }
-            print(json.dumps(line), flush=True)
+            emit("query_cache_memory", **line)
     return 0
 
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sqlite3
 import sys
@@ -37,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from rifflux.config import Settings
 from rifflux.embed.factory import make_embedder
 from rifflux.index import pipeline
@@ -148,12 +146,12 @@ def main() -> int:
     parser.add_argument("--keep-db", type=Path, help="copy the finished index to this file")
     args = parser.parse_args()
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "corpus": str(args.corpus),
         "backend": args.backend,
         **profile(args.corpus.resolve(), args.backend, args.keep_db),
     }
-    print(json.dumps(report, indent=2))
+    emit("queue_profile", **report)
     return 0
 
 

@@ -35,12 +35,10 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from contextlib import AsyncExitStack
@@ -50,19 +48,14 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from benchmarks.harness import checkout_python, emit, machine, percentiles
 from benchmarks.scale_corpus import Vocabulary, sentence
-from benchmarks.scale_queries import make_queries, percentiles
+from benchmarks.scale_queries import make_queries
 from benchmarks.watch_first_edit import one_edit
 
 MODES = ("lexical", "semantic", "hybrid")
 SAMPLE_SECONDS = 0.5
 STATUS_EVERY_SECONDS = 2.0
-
-
-def repo_python(repo: Path) -> str:
-    """The checkout's own virtualenv Python when it has one (its dependencies), else this."""
-    python = repo / ".venv" / "bin" / "python"
-    return str(python) if python.exists() else sys.executable
 
 
 def subprocess_env(args: argparse.Namespace, db: Path) -> dict[str, str]:
@@ -130,7 +123,7 @@ class RssSampler(threading.Thread):
 
 def server_params(args: argparse.Namespace, env: dict[str, str], *extra: str) -> Any:
     return StdioServerParameters(
-        command=repo_python(args.repo),
+        command=checkout_python(args.repo),
         args=["-m", "rifflux.mcp", "--transport", "stdio", *extra],
         env=env,
         cwd=str(args.repo),
@@ -313,7 +306,7 @@ def database_bytes(db: Path, chunks: int, text_bytes: int) -> dict[str, Any]:
 
 def start_worker(args: argparse.Namespace, env: dict[str, str], log: Path) -> subprocess.Popen:
     """``rifflux worker`` as the Procfile starts it, its output to ``log``."""
-    command = [repo_python(args.repo), "-c", "from rifflux.cli import main; main()", "worker"]
+    command = [checkout_python(args.repo), "-c", "from rifflux.cli import main; main()", "worker"]
     if args.worker_processes:
         command += ["--processes", str(args.worker_processes)]
     with log.open("w") as out:
@@ -337,7 +330,7 @@ async def run(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[s
     env = subprocess_env(args, db)
     report: dict[str, Any] = {
         "repo": str(args.repo),
-        "python": repo_python(args.repo),
+        "python": checkout_python(args.repo),
         "commit": subprocess.run(
             ["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"],
             capture_output=True,
@@ -464,7 +457,7 @@ def markdown_rows(report: dict[str, Any]) -> str:
 
 def main_mcp(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[str, Any]:
     report: dict[str, Any] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "files": args.files,
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
@@ -472,6 +465,6 @@ def main_mcp(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[st
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = args.out or args.workdir / f"scale-mcp-{args.files}.json"
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
+    emit("scale_mcp", **report)
     print(markdown_rows(report))
     return report

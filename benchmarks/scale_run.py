@@ -34,19 +34,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import shutil
 import statistics
 import sys
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO
+from benchmarks.harness import REPO, TreeSampler, emit, machine
 from benchmarks.scale_corpus import Vocabulary, generate
 from benchmarks.scale_mcp import main_mcp
 from rifflux.config import Settings
@@ -55,42 +53,6 @@ from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            out += [int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
-    except OSError:
-        pass
-    return out
-
-
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class RssSampler(threading.Thread):
-    """Peak RSS of every process below ``root`` (the pool and its workers)."""
-
-    def __init__(self, root: int) -> None:
-        super().__init__(daemon=True)
-        self.root = root
-        self.peaks: dict[int, int] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.5):
-            for pid in children(self.root):
-                for worker in [pid, *children(pid)]:
-                    self.peaks[worker] = max(self.peaks.get(worker, 0), rss_kib(worker, "VmHWM"))
 
 
 def dir_size(path: Path) -> int:
@@ -233,7 +195,7 @@ def main() -> int:
     if args.mcp:
         return run_mcp(args, corpus, index_dir)
     report: dict[str, Any] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "files": args.files,
         "processes": args.processes,
     }
@@ -261,7 +223,7 @@ def main() -> int:
                 if time.monotonic() > deadline:
                     sys.exit("workers did not boot")
                 time.sleep(0.2)
-            sampler = RssSampler(pool.process.pid)
+            sampler = TreeSampler(pool.process.pid, include_root=False)
             sampler.start()
             since = time.time()
             full_s, record = run_job(queue, corpus)
@@ -284,10 +246,9 @@ def main() -> int:
             report["one_edited_file_s"] = round(edit_s, 2)
             report["one_edit_phases_s"] = phase_spans(pool.log_path, since)
             report["one_edit_publish"] = publish_events(pool.log_path, since)
-            sampler.stop.set()
-            sampler.join()
+            sampler.finish()
             report["worker_peak_rss_mib"] = sorted(
-                round(kib / 1024) for kib in sampler.peaks.values()
+                round(kib / 1024) for kib in sampler.peak_kib.values()
             )
         finally:
             queue.close()
@@ -305,7 +266,7 @@ def main() -> int:
             shutil.rmtree(corpus, ignore_errors=True)
             shutil.rmtree(index_dir, ignore_errors=True)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(report, indent=2))
+    emit("scale_run", **report)
     return 0
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import platform
 import random
 import statistics
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.harness import REPO
+from benchmarks.harness import REPO, emit
 from rifflux.embed.onnx import tokenizer_path
 from rifflux.search.budget import estimate_tokens, fit_results
 
@@ -117,7 +116,7 @@ def main() -> None:
             "cjk_docs": summary(cjk_estimates, [count(t) for t in cjk]),
         }
     result["fit_ms_per_10_results"] = fit_cost(texts)
-    print(json.dumps(result, indent=2))
+    emit("token_estimate", **result)
 
 
 FIT_QUERIES = ("how to write unit tests", "security review checklist", "docker image size")

@@ -35,7 +35,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -46,10 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import REPO, emit, machine, percentiles
+
 # The query set of benchmarks/index_and_search.py, so the numbers compare.
 from benchmarks.index_and_search import QUERIES as SERVICE_QUERIES
-from benchmarks.index_and_search import percentile, time_searches
+from benchmarks.index_and_search import time_searches
 
+# A fresh process of this benchmark, for the build and each measurement.
+SELF = [sys.executable, "-m", "benchmarks.vector_search"]
 DIM = 384
 LIMIT = 20
 # Random rows are generated and normalised this many at a time.
@@ -65,31 +68,6 @@ def proc_status() -> dict[str, int]:
         if name in wanted:
             out[f"{name}_mib"] = round(int(value.split()[0]) / 1024)
     return out
-
-
-def machine() -> dict[str, object]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    mem_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal")
-    )
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "mem_gib": round(mem_kib / 2**20, 1),
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "load_avg": os.getloadavg(),
-    }
 
 
 def centroid_count(rows: int) -> int:
@@ -220,8 +198,7 @@ def measure(directory: Path, queries: int, seed: int, mode: str, ef: int) -> dic
         "open_ms": round(open_ms, 1),
         "open_cpu_s": round(open_cpu_s, 2),
         "restat_us": round(statistics.median(restat), 1),
-        "p50_ms": round(statistics.median(timings), 2),
-        "p95_ms": round(percentile(timings, 0.95), 2),
+        "ms": percentiles(timings),
         # CPU time of the searching thread: what a search costs without the other jobs
         # that share the machine (wall time above includes waiting for a core).
         "cpu_p50_ms": round(statistics.median(cpu_timings), 2),
@@ -262,9 +239,7 @@ def onnx_query_ms(count: int) -> dict[str, object]:
         timings.append((time.perf_counter() - t0) * 1000)
     return {
         "model": embedder.label,
-        "n": count,
-        "p50_ms": round(statistics.median(timings), 2),
-        "p95_ms": round(percentile(timings, 0.95), 2),
+        "ms": percentiles(timings),
     }
 
 
@@ -389,7 +364,7 @@ def publish_ms(db_path: Path, rounds: int) -> dict[str, object]:
 
 def child_json(command: list[str]) -> dict[str, object]:
     """Run a fresh process of this script; its last stdout line is a JSON object."""
-    child = subprocess.run(command, check=True, capture_output=True, text=True)
+    child = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     result: dict[str, object] = json.loads(child.stdout.strip().splitlines()[-1])
     return result
 
@@ -432,12 +407,24 @@ def main() -> int:
             directory = workdir / f"n{rows}" / "index.db.vectors"
             result: dict[str, object] = {"rows": rows}
             if not directory.exists():
-                command = [sys.executable, __file__, "--build", str(directory)]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.vector_search",
+                    "--build",
+                    str(directory),
+                ]
                 command += ["--rows", str(rows), "--seed", str(args.seed)]
                 result["build"] = child_json(command)
             queries = args.queries if rows < 1_000_000 else args.queries_large
             for mode in ("exact", "hnsw"):
-                command = [sys.executable, __file__, "--measure", str(directory)]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.vector_search",
+                    "--measure",
+                    str(directory),
+                ]
                 command += ["--queries", str(queries), "--seed", str(args.seed)]
                 command += ["--mode", mode, "--ef", str(args.ef)]
                 result[mode] = child_json(command)
@@ -454,7 +441,7 @@ def main() -> int:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    emit("vector_search", **report)
     return 0
 
 

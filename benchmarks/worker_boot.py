@@ -29,47 +29,21 @@ import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from benchmarks.harness import REPO
-
-TICKS = os.sysconf("SC_CLK_TCK")
+from benchmarks.harness import REPO, checkout_env, checkout_python, cpu_seconds, descendants
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a live process, all its threads."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def children_of(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def environment(repo: Path, work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
-    env.update(
-        PYTHONPATH=str(repo),
+def boot_env(repo: Path, work: Path) -> dict[str, str]:
+    return checkout_env(
+        repo,
         RIFFLUX_DB_PATH=str(work / "index.db"),
         RIFFLUX_EMBEDDING_BACKEND="hash",
         RIFFLUX_LOG_LEVEL="WARNING",
     )
-    return env
-
-
-def python_of(repo: Path) -> str:
-    python = repo / ".venv" / "bin" / "python"
-    return str(python) if python.exists() else sys.executable
 
 
 PREPARE = """
@@ -86,15 +60,15 @@ broker.close()
 def prepare(repo: Path, env: Mapping[str, str]) -> None:
     """Create the queue file and its tables as the front process does before it starts a
     pool (it enqueues the job and looks for live workers first); not timed."""
-    subprocess.run([python_of(repo), "-c", PREPARE], env=env, cwd=repo, check=True)
+    subprocess.run([checkout_python(repo), "-c", PREPARE], env=env, cwd=repo, check=True)
 
 
 def child_round(repo: Path, processes: int, idle: float) -> dict[str, float]:
     """Spawn ``processes`` children at once; CPU and wall of each to its ready byte."""
     work = Path(tempfile.mkdtemp(prefix="rifflux-boot-child-"))
-    env = environment(repo, work)
+    env = boot_env(repo, work)
     prepare(repo, env)
-    command = [python_of(repo), "-m", "workers.child", "--actors", "workers.actors"]
+    command = [checkout_python(repo), "-m", "workers.child", "--actors", "workers.actors"]
     started: list[tuple[subprocess.Popen[bytes], int, float]] = []
     try:
         for _ in range(processes):
@@ -146,9 +120,9 @@ def heartbeats(queue_db: Path) -> int:
 def pool_round(repo: Path, processes: int, idle: float) -> dict[str, float]:
     """Spawn the pool; CPU of the arbiter and its children when all N have a heartbeat."""
     work = Path(tempfile.mkdtemp(prefix="rifflux-boot-pool-"))
-    env = environment(repo, work)
+    env = boot_env(repo, work)
     prepare(repo, env)
-    command = [python_of(repo), "-m", "workers.pool", "--processes", str(processes)]
+    command = [checkout_python(repo), "-m", "workers.pool", "--processes", str(processes)]
     t0 = time.perf_counter()
     process = subprocess.Popen(command, env=env, cwd=repo, stdin=subprocess.DEVNULL)
     try:
@@ -157,7 +131,7 @@ def pool_round(repo: Path, processes: int, idle: float) -> dict[str, float]:
                 raise RuntimeError(f"the pool exited with {process.returncode}")
             time.sleep(0.005)
         wall = time.perf_counter() - t0
-        pids = [process.pid, *children_of(process.pid)]
+        pids = [process.pid, *descendants(process.pid)]
         arbiter = cpu_seconds(process.pid)
         at_ready = sum(cpu_seconds(pid) for pid in pids)
         time.sleep(idle)

@@ -42,62 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.corpus_sample import copy_files
-from benchmarks.harness import DEFAULT_CORPUS, REPO
+from benchmarks.harness import (
+    DEFAULT_CORPUS,
+    REPO,
+    command_line,
+    cpu_seconds,
+    descendants,
+    emit,
+    status_kib,
+)
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (children of all its threads, recursively)."""
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                text = Path(f"/proc/{parent}/task/{task}/children").read_text()
-            except OSError:
-                continue
-            for child in map(int, text.split()):
-                found.append(child)
-                stack.append(child)
-    return found
-
-
-def status_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of ``pid`` in KiB (empty if it is gone)."""
-    values: dict[str, int] = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0])
-    except OSError:
-        return {}
-    return values
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of ``pid`` (its own, not its children's)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def command_line(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
 @dataclass
@@ -125,9 +80,9 @@ class Sampler:
         with self._lock:
             for pid in descendants(self.root):
                 status = status_kib(pid)
-                cpu = cpu_seconds(pid)
-                if not status or cpu is None:
+                if not status:
                     continue
+                cpu = cpu_seconds(pid)
                 track = self.tracks.get(pid)
                 if track is None:
                     track = self.tracks[pid] = ProcessTrack(pid, command_line(pid))
@@ -287,9 +242,9 @@ def embed_in_process(corpus: Path, threads: int) -> dict[str, Any]:
 
 def run_in_process(corpus: Path, threads: int) -> dict[str, Any]:
     """Run :func:`embed_in_process` in a child process, so its peak RSS is its own."""
-    command = [sys.executable, __file__, "--inprocess-child", str(corpus)]
+    command = [sys.executable, "-m", "benchmarks.worker_memory", "--inprocess-child", str(corpus)]
     command += ["--threads", str(threads)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -351,7 +306,7 @@ def main() -> int:
             report["inprocess"] = run_in_process(sample, threads)
     finally:
         shutil.rmtree(sample.parent, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    emit("worker_memory", **report)
     return 0
 
 

@@ -9,9 +9,7 @@ worker processes on the SQLite broker and reports wall time and chunks/s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -21,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.corpus_sample import copy_files
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 
 
 def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
@@ -80,13 +78,13 @@ def main() -> int:
     sample = Path(tempfile.mkdtemp(prefix="rifflux-topology-corpus-")) / "corpus"
     count = copy_files(args.corpus, sample, args.files)
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "corpus": f"{args.corpus} (first {count} .md files)",
         "backend": args.backend,
         "runs": [run(t, sample, args.backend) for t in args.topologies],
     }
     shutil.rmtree(sample.parent, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    emit("worker_topology", **report)
     return 0
 
 
