@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from benchmarks.harness import DEFAULT_CORPUS, emit, machine
-from benchmarks.scale_corpus import DEFAULT_SOURCE, Vocabulary, document
+from benchmarks.scale_corpus import Vocabulary, document
 from rifflux.config import Settings
 from rifflux.index import blocks, chunker
 
@@ -84,7 +84,7 @@ def mismatches(texts: list[tuple[str, str]], limits: tuple[tuple[int, int], ...]
 
 
 def scale_sample(files: int, seed: int = 13) -> list[tuple[str, str]]:
-    vocab = Vocabulary.from_corpus(DEFAULT_SOURCE)
+    vocab = Vocabulary.from_corpus(DEFAULT_CORPUS)
     rng = random.Random(seed)
     indexes = sorted(rng.sample(range(100_000), files))
     return [(f"doc-{i:06d}.md", document(vocab, random.Random(f"{seed}:{i}"))) for i in indexes]

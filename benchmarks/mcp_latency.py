@@ -1,7 +1,8 @@
 """search_rifflux tool-call latency over stdio, per mode, through a real MCP session.
 
-Spawns ``rifflux serve`` (stdio) on an existing index and times complete tool calls
-(request → JSON result) from an ``mcp`` client. Build the index first, e.g.:
+Spawns ``rifflux serve`` (stdio) on an index and times complete tool calls (request →
+JSON result) from an ``mcp`` client. Without ``--db``, a hash index of ``--corpus``
+(default the vendored sample) is built first; on the whole corpus:
 
     .venv/bin/rifflux index --in-process ../shared/corpora/awesome-copilot --db /tmp/ac/index.db
     .venv/bin/python -m benchmarks.mcp_latency --db /tmp/ac/index.db
@@ -13,13 +14,14 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.harness import emit, emit_machine, percentiles
+from benchmarks.harness import VENDORED_CORPUS, build_index, emit, emit_machine, percentiles
 from benchmarks.index_and_search import QUERIES
 
 
@@ -50,13 +52,18 @@ async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, required=True, help="an existing index database")
+    parser.add_argument("--db", type=Path, help="an index (default: a hash index of --corpus)")
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument("--backend", default="auto", help="must match the index's embedder")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    emit_machine(db=str(args.db), backend=args.backend, transport="stdio")
-    for mode, ms in asyncio.run(measure(args.db, args.backend, args.rounds)).items():
-        emit("mcp_search", mode=mode, ms=ms)
+    with tempfile.TemporaryDirectory(prefix="rifflux-mcp-") as work:
+        if args.db is None:
+            args.backend = "hash"
+            args.db = build_index(args.corpus, Path(work) / "index.db")
+        emit_machine(db=str(args.db), backend=args.backend, transport="stdio")
+        for mode, ms in asyncio.run(measure(args.db, args.backend, args.rounds)).items():
+            emit("mcp_search", mode=mode, ms=ms)
     return 0
 
 

@@ -44,15 +44,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO, TreeSampler, emit, machine
+from benchmarks.harness import DEFAULT_CORPUS, REPO, TreeSampler, emit, machine
 from benchmarks.scale_corpus import Vocabulary, generate
 from benchmarks.scale_mcp import main_mcp
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
 from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
-
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 
 
 def dir_size(path: Path) -> int:
@@ -158,7 +156,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument(
         "--vector-index",

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import REPO, VENDORED_CORPUS, emit
+from benchmarks.harness import REPO, VENDORED_CORPUS, emit, emit_machine
 from rifflux.config import Settings
 from rifflux.index.allowed import real
 from rifflux.index.indexer import Indexer
@@ -41,7 +39,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     queries = [json.loads(line)["query"] for line in QUERIES.read_text().splitlines() if line]
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.from_env(
             {
@@ -52,7 +49,7 @@ def main() -> None:
             }
         )
         report = Indexer(settings).run([args.corpus])
-        print(f"corpus: {args.corpus} ({report.files_indexed} files), {len(queries)} queries")
+        emit_machine(corpus=str(args.corpus), files=report.files_indexed, queries=len(queries))
         service = SearchService(settings)
         served = ServedPaths((real(args.corpus),))
         try:

@@ -44,21 +44,19 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.harness import REPO, VENDORED_CORPUS
+from benchmarks.harness import REPO, VENDORED_CORPUS, checkout_env, emit
 
 POLL_SECONDS = 0.05
 
 
 def server_env(repo: Path, db: Path, root: Path, backend: str = "hash") -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
-    env.update(
+    return checkout_env(
+        repo,
         RIFFLUX_DB_PATH=str(db),
         RIFFLUX_EMBEDDING_BACKEND=backend,
         RIFFLUX_BASE_DIR=str(root),
         RIFFLUX_LOG_LEVEL="INFO",
-        PYTHONPATH=str(repo),
     )
-    return env
 
 
 def start_worker(env: dict[str, str], root: Path) -> subprocess.Popen[bytes]:
@@ -256,7 +254,7 @@ def main() -> int:
         help="with --beside-worker: start it this many seconds after the server",
     )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args)), indent=2))
+    emit("watch_first_edit", **asyncio.run(run(args)))
     return 0
 
 

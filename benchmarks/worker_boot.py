@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import signal
 import sqlite3
@@ -34,7 +33,15 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from benchmarks.harness import REPO, checkout_env, checkout_python, cpu_seconds, descendants
+from benchmarks.harness import (
+    REPO,
+    checkout_env,
+    checkout_python,
+    cpu_seconds,
+    descendants,
+    emit,
+    emit_machine,
+)
 
 
 def boot_env(repo: Path, work: Path) -> dict[str, str]:
@@ -154,10 +161,12 @@ def stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
-def describe(values: Mapping[str, list[float]]) -> str:
-    return ", ".join(
-        f"{key} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for key, v in values.items()
-    )
+def describe(values: Mapping[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Median, min and max of each figure over the rounds."""
+    return {
+        key: {"median": round(statistics.median(v), 3), "min": min(v), "max": max(v)}
+        for key, v in values.items()
+    }
 
 
 def main() -> None:
@@ -169,9 +178,7 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, action="append", default=[], help="another checkout")
     args = parser.parse_args()
     checkouts = [REPO, *(r.resolve() for r in args.repo)]
-    print(f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"load at start: {os.getloadavg()}")
-    print(f"processes {args.processes}, rounds {args.rounds}, idle {args.idle_seconds} s")
+    emit_machine(processes=args.processes, rounds=args.rounds, idle_seconds=args.idle_seconds)
     rounds = {"child": child_round, "pool": pool_round}
     results: dict[tuple[str, Path], dict[str, list[float]]] = {}
     for n in range(args.rounds):
@@ -182,12 +189,11 @@ def main() -> None:
                 row = results.setdefault((mode, repo), {})
                 for key, value in figures.items():
                     row.setdefault(key, []).append(value)
-                shown = " ".join(f"{k}={v:.3f}" for k, v in figures.items())
-                print(f"round {n + 1} {mode:5} {repo}: {shown}", flush=True)
-    print(f"load at end: {os.getloadavg()}")
-    print("medians (min-max), seconds; cpu: per child; cpu_all: every process")
+                rounded = {k: round(v, 3) for k, v in figures.items()}
+                emit("boot_round", mode=mode, repo=str(repo), round=n + 1, seconds=rounded)
+    # Seconds, median and range; cpu: per child, cpu_all: every process.
     for (mode, repo), values in results.items():
-        print(f"{mode:5} {repo}: {describe(values)}")
+        emit("worker_boot", mode=mode, repo=str(repo), seconds=describe(values))
 
 
 if __name__ == "__main__":
