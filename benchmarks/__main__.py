@@ -58,10 +58,12 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("worker_boot", ["--rounds", "1", "--idle-seconds", "1"]),
         ("worker_topology", ["--corpus", "{corpus}", "--files", "40", "--backend", "hash"]),
         ("query_cache_memory", ["--searches", "200"]),
-        ("process_memory", ["--workdir", "{work}", "--files", "300"]),
     ],
     "http": [
-        ("http_clients", ["--corpus", "{corpus}", "--clients", "4", "--seconds", "3"]),
+        (
+            "http_clients",
+            ["--corpus", "{corpus}", "--clients", "4", "--seconds", "3", "--warmup", "2"],
+        ),
     ],
 }
 

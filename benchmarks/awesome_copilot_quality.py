@@ -46,6 +46,7 @@ import re
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from rifflux.embed.onnx import OnnxEmbedder
 from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
 from rifflux.eval.runner import rank_documents
 from rifflux.index.indexer import Indexer
+from rifflux.logs import configure_logging
 from rifflux.search.fusion import rrf_fuse
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 from rifflux.search.query import build_match_query
@@ -160,20 +162,28 @@ def sync_copy(corpus: Path, files: Sequence[str], dest: Path) -> None:
 
 
 class CachedEmbedder:
-    """An embedder whose vectors are remembered on disk by the sha256 of their text."""
+    """An embedder whose vectors are remembered on disk by the sha256 of their text.
+
+    Safe to call from any thread: a hybrid search embeds its query beside the lexical
+    half, on another thread; one lock serialises the cache's connection."""
 
     def __init__(self, inner: Embedder, path: Path) -> None:
         self.inner = inner
         self.label = inner.label
         self.dim = inner.dim
         self.embedded = 0
-        self._db = sqlite3.connect(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS vectors (label TEXT, sha TEXT, vec BLOB, "
             "PRIMARY KEY (label, sha))"
         )
 
     def embed_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return self._embed_batch(texts)
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         shas = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         missing: dict[str, str] = {}
@@ -420,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the full results here")
     args = parser.parse_args(argv)
     systems = args.systems or ["rifflux", "naive"]
+    configure_logging("WARNING")
 
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus} (benchmarks read ../shared beside the repo)")

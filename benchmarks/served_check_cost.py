@@ -26,6 +26,7 @@ from benchmarks.harness import REPO, VENDORED_CORPUS, emit, emit_machine
 from rifflux.config import Settings
 from rifflux.index.allowed import real
 from rifflux.index.indexer import Indexer
+from rifflux.logs import configure_logging
 from rifflux.search.request import SearchRequest
 from rifflux.search.served import ServedPaths
 from rifflux.search.service import SearchService
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     queries = [json.loads(line)["query"] for line in QUERIES.read_text().splitlines() if line]
+    configure_logging("WARNING")
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.from_env(
             {

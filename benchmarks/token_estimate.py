@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import platform
 import random
 import statistics
 import sys
@@ -26,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.harness import REPO, emit
+from benchmarks.harness import REPO, emit, machine
 from rifflux.embed.onnx import tokenizer_path
 from rifflux.search.budget import estimate_tokens, fit_results
 
@@ -105,7 +104,7 @@ def main() -> None:
     estimates = [estimate_tokens(t) for t in texts]
     cjk_estimates = [estimate_tokens(t) for t in cjk]
     result: dict[str, object] = {
-        "machine": f"{platform.machine()} {platform.python_version()}",
+        "machine": machine(),
         "corpus": str(args.corpus),
         "files": args.files,
         "piece_chars": PIECE_CHARS,

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import REPO, emit, machine, percentiles
+from benchmarks.harness import REPO, emit, emit_machine, percentiles
 
 # The query set of benchmarks/index_and_search.py, so the numbers compare.
 from benchmarks.index_and_search import QUERIES as SERVICE_QUERIES
@@ -401,7 +401,7 @@ def main() -> int:
         return 0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rifflux-vectors-"))
-    report: dict[str, object] = {"machine": machine(), "dim": DIM, "limit": LIMIT, "sizes": []}
+    emit_machine(dim=DIM, limit=LIMIT)
     try:
         for rows in args.sizes:
             directory = workdir / f"n{rows}" / "index.db.vectors"
@@ -428,20 +428,21 @@ def main() -> int:
                 command += ["--queries", str(queries), "--seed", str(args.seed)]
                 command += ["--mode", mode, "--ef", str(args.ef)]
                 result[mode] = child_json(command)
-            report["sizes"].append(result)  # type: ignore[attr-defined]
-            print(json.dumps(result), file=sys.stderr)
+            emit("vector_cache", **result)
         if args.real_db and args.real_queries:
-            report["real"] = real_index(args.real_db, args.real_queries, args.real_count, args.ef)
+            emit(
+                "real_index",
+                **real_index(args.real_db, args.real_queries, args.real_count, args.ef),
+            )
         if args.onnx_queries:
-            report["onnx_query_embedding"] = onnx_query_ms(args.onnx_queries)
+            emit("onnx_query_embedding", **onnx_query_ms(args.onnx_queries))
         if args.service_db:
-            report["service"] = service_ms(args.service_db, args.rounds)
+            emit("service", **service_ms(args.service_db, args.rounds))
         if args.publish_db:
-            report["publish"] = publish_ms(args.publish_db, args.rounds)
+            emit("publish", **publish_ms(args.publish_db, args.rounds))
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    emit("vector_search", **report)
     return 0
 
 
