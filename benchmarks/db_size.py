@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import rifflux
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, emit
 from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
@@ -121,10 +121,9 @@ def main() -> int:
     out["corpus_files"], out["corpus_text_bytes"] = corpus_bytes(corpus)
     out.update(breakdown(db))
     out["ratio"] = round(out["db_bytes"] / out["corpus_text_bytes"], 2)
-    text = json.dumps(out, indent=1)
     if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    emit("db_size", **out)
     return 0
 
 

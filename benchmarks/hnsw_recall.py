@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import emit, machine
+from benchmarks.harness import emit, emit_machine
 from benchmarks.scale_corpus import Vocabulary, paragraph
 from rifflux.vectors.hnsw import (
     RECALL_FLOOR,
@@ -234,28 +234,24 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=22)
     args = parser.parse_args()
 
-    print(json.dumps({"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}}))
+    emit_machine(args={k: str(v) for k, v in vars(args).items()})
     queries = embed_queries(args.queries) if args.queries else None
     with tempfile.TemporaryDirectory(prefix="hnsw-recall-") as tmp:
         workdir = Path(tmp)
         if args.db:
             base = unit(read_vectors(args.db, ONNX_MODEL).astype(np.float64))
-            print(json.dumps({"originals": base.shape[0], "nn_cosine": nn_cosines(base)}))
+            emit("originals", rows=base.shape[0], nn_cosine=nn_cosines(base))
             real = quantize_rows(base)
             measure(f"onnx-{real.shape[0]}-real", real, queries, workdir)
             for rows in args.rows:
                 for noise in args.noise:
                     vectors, origin = noisy_copies(base, rows, noise, args.seed)
-                    print(
-                        json.dumps(
-                            {
-                                "rows": rows,
-                                "noise": noise,
-                                "copy_cosine": round(1 / np.sqrt(1 + noise**2), 3),
-                                "sibling_share": sibling_share(vectors, origin),
-                            }
-                        ),
-                        flush=True,
+                    emit(
+                        "noisy_copies",
+                        rows=rows,
+                        noise=noise,
+                        copy_cosine=round(1 / np.sqrt(1 + noise**2), 3),
+                        sibling_share=sibling_share(vectors, origin),
                     )
                     measure(f"onnx-{rows}-noise{noise}", vectors, queries, workdir)
         if args.hash_rows:

@@ -39,7 +39,7 @@ from typing import IO, Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.harness import DEFAULT_CORPUS, machine
+from benchmarks.harness import DEFAULT_CORPUS, emit, emit_machine
 
 WORD = re.compile(r"[A-Za-z]{9,}")
 
@@ -285,19 +285,9 @@ def main() -> int:
         help="with --background: stop once every file is keyword-searchable",
     )
     args = parser.parse_args()
-    runs = [asyncio.run(run(args)) for _ in range(args.rounds)]
-    print(
-        json.dumps(
-            {
-                "machine": machine(),
-                "corpus": str(args.corpus),
-                "backend": args.backend,
-                "background": args.background,
-                "runs": runs,
-            },
-            indent=2,
-        )
-    )
+    emit_machine(corpus=str(args.corpus), backend=args.backend, background=args.background)
+    for n in range(args.rounds):
+        emit("mcp_reindex", round=n + 1, **asyncio.run(run(args)))
     return 0
 
 

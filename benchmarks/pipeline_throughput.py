@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchmarks.corpus_sample import copy_files
-from benchmarks.harness import DEFAULT_CORPUS, machine
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
@@ -113,22 +113,20 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     raw_rate, pipeline_rate = len(texts) / raw_s, len(texts) / pipeline_s
-    print(
-        json.dumps(
-            {
-                "machine": machine(),
-                "files": args.files,
-                "texts": len(texts),
-                "processes": args.processes,
-                "onnx_threads_per_process": threads,
-                "raw_s": round(raw_s, 2),
-                "raw_texts_per_s": round(raw_rate, 2),
-                "pipeline_s": round(pipeline_s, 2),
-                "pipeline_texts_per_s": round(pipeline_rate, 2),
-                "pipeline_over_raw": round(pipeline_rate / raw_rate, 3),
-            },
-            indent=2,
-        )
+    emit(
+        "pipeline_throughput",
+        **{
+            "machine": machine(),
+            "files": args.files,
+            "texts": len(texts),
+            "processes": args.processes,
+            "onnx_threads_per_process": threads,
+            "raw_s": round(raw_s, 2),
+            "raw_texts_per_s": round(raw_rate, 2),
+            "pipeline_s": round(pipeline_s, 2),
+            "pipeline_texts_per_s": round(pipeline_rate, 2),
+            "pipeline_over_raw": round(pipeline_rate / raw_rate, 3),
+        },
     )
     return 0
 

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.harness import DEFAULT_CORPUS
+from benchmarks.harness import DEFAULT_CORPUS, emit
 
 FILES_PER_FOLDER = 1_000
 WORD = re.compile(r"[A-Za-z][a-z]{1,15}")
@@ -165,9 +165,12 @@ def main() -> int:
     args = parser.parse_args()
     started = time.perf_counter()
     size = generate(args.dest, args.files, args.seed, args.source)
-    print(
-        f"{args.files} files, {size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s "
-        f"under {args.dest}"
+    emit(
+        "scale_corpus",
+        files=args.files,
+        mb=round(size / 1e6, 1),
+        seconds=round(time.perf_counter() - started, 1),
+        dest=str(args.dest),
     )
     return 0
 

@@ -39,6 +39,7 @@ import random
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from contextlib import AsyncExitStack
@@ -466,5 +467,5 @@ def main_mcp(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[st
     out = args.out or args.workdir / f"scale-mcp-{args.files}.json"
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     emit("scale_mcp", **report)
-    print(markdown_rows(report))
+    print(markdown_rows(report), file=sys.stderr)  # the rows of a results table
     return report
