@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sqlite3
 import sys
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import rifflux
-from benchmarks.harness import DEFAULT_CORPUS, emit
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
@@ -102,8 +100,7 @@ def main() -> int:
     corpus = args.workdir / "corpus"
     db = args.db or args.workdir / "index.db"
     out: dict[str, Any] = {
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-        f"load {os.getloadavg()[0]:.2f}",
+        "machine": machine(),
         "rifflux": rifflux.__file__,
         "sqlite": sqlite3.sqlite_version,
         "corpus": str(corpus),

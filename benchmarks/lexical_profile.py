@@ -16,8 +16,6 @@ connection first (e.g. ``mmap_size=1073741824``).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sqlite3
 import statistics
 import sys
@@ -26,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import emit
+from benchmarks.harness import emit, machine
 from benchmarks.scale_queries import make_queries
 from rifflux.search.lexical import DEFAULT_OPTIONS, lexical_search
 from rifflux.store import fts
@@ -140,9 +138,7 @@ def main() -> int:
         per_label.setdefault(label, []).append(row)
     conn.close()
     report: dict[str, Any] = {
-        "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}",
-        "load": os.getloadavg(),
+        "machine": machine(),
         "db": str(args.db),
         "chunks": chunks,
         "kept_counts": args.kept_counts,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import sqlite3
 import sys
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import rifflux
-from benchmarks.harness import DEFAULT_CORPUS, emit, percentiles
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine, percentiles
 from benchmarks.scale_corpus import generate
 from benchmarks.scale_queries import make_queries
 from rifflux.config import Settings
@@ -148,8 +147,7 @@ def main() -> int:
     db = args.db or args.workdir / "index.db"
     settings = Settings.from_env().with_overrides(db_path=db)
     report: dict[str, Any] = {
-        "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}",
+        "machine": machine(),
         "db": str(db),
         "code": str(Path(rifflux.__file__).parent),
     }

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import signal
@@ -49,6 +48,7 @@ from benchmarks.harness import (
     cpu_seconds,
     descendants,
     emit,
+    machine,
     status_kib,
 )
 
@@ -272,7 +272,6 @@ def main() -> int:
         print(json.dumps(embed_in_process(args.inprocess_child, threads)))
         return 0
 
-    import numpy
     import onnxruntime
 
     from rifflux.logs import configure_logging
@@ -286,13 +285,7 @@ def main() -> int:
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     report: dict[str, Any] = {
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "onnxruntime": onnxruntime.__version__,
-            "numpy": numpy.__version__,
-        },
+        "machine": {**machine(), "onnxruntime": onnxruntime.__version__},
         "commit": git.stdout.strip(),
         "corpus": f"{args.corpus} (first {count} .md files)",
         "settings": {k: v for k, v in os.environ.items() if k.startswith("RIFFLUX_")},
