@@ -1,6 +1,6 @@
 """What every benchmark needs, in one place: where the corpora are, the machine line,
-percentiles, the CPU and peak RSS of a process tree, another checkout's interpreter for
-before/after runs, and the output format.
+percentiles, the CPU and peak RSS of a process tree, another checkout's interpreter and
+environment for before/after runs, and the output format.
 
 Output: one JSON object per line, each naming its ``measure`` (``emit``); a run opens with
 a ``machine`` line (``emit_machine``). Everything reads ``/proc``, so it is Linux only.
@@ -200,23 +200,6 @@ def checkout_env(repo: Path, base: Mapping[str, str] | None = None, **env: str) 
     out["PYTHONPATH"] = os.pathsep.join([str(repo.resolve()), str(REPO)])
     out.update(env)
     return out
-
-
-def run_in_checkout(
-    repo: Path, module: str, args: Sequence[str], env: Mapping[str, str] | None = None
-) -> list[dict[str, Any]]:
-    """Run ``python -m benchmarks.MODULE ARGS`` against another checkout's ``rifflux``
-    (the before of a before/after) and return the JSON lines it printed."""
-    completed = subprocess.run(
-        [checkout_python(repo), "-m", f"benchmarks.{module}", *args],
-        env=checkout_env(repo, **(dict(env) if env else {})),
-        # ``-m`` puts the working directory first on sys.path: the other checkout's.
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
 
 
 def free_port() -> int:

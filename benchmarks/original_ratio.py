@@ -34,7 +34,15 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.harness import DEFAULT_CORPUS, REPO, SHARED, emit, machine
+from benchmarks.harness import (
+    DEFAULT_CORPUS,
+    REPO,
+    SHARED,
+    checkout_env,
+    checkout_python,
+    emit,
+    machine,
+)
 
 INSTALLER = SHARED / "peers" / "install-original.sh"
 
@@ -55,9 +63,8 @@ def server(which: str, args: argparse.Namespace, work: Path) -> StdioServerParam
         RIFFLUX_LOG_LEVEL="WARNING",
     )
     if which == "ours":
-        env.update(PYTHONPATH=str(args.repo), RIFFLUX_ALLOWED_ROOTS=str(args.corpus))
-        python = args.repo / ".venv" / "bin" / "python"
-        command = str(python) if python.exists() else sys.executable
+        env = checkout_env(args.repo, env, RIFFLUX_ALLOWED_ROOTS=str(args.corpus))
+        command = checkout_python(args.repo)
         argv = ["-m", "rifflux.mcp", "--transport", "stdio"]
         cwd = args.repo
     else:
