@@ -1,5 +1,5 @@
 """Agent-style questions through MCP on awesome-copilot: latency idle and while a
-reindex embeds beside the searches (issue 22).
+reindex embeds beside the searches.
 
 Agents ask in sentences, not keywords. The questions are the natural-language queries
 of ``awesome_copilot_queries.jsonl`` (styles ``question`` and ``paraphrase``, both

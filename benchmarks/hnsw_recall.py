@@ -1,5 +1,5 @@
 """HNSW recall@10 and latency against the exact scan at 200k / 1M rows of vectors with
-real structure, and what the publisher's self-check says of them (issue 22).
+real structure, and what the publisher's self-check says of them.
 
 Rows:
 

@@ -3,7 +3,7 @@
 Starts ``rifflux serve --transport http`` on an index (``--db``; without it, a hash
 index of ``--corpus``, default the vendored sample, built first), then one load process
 (this one) runs ``--clients`` concurrent MCP client sessions, each calling
-``search_rifflux`` back to back with the queries of ``benchmarks/index_and_search.py``
+``search_rifflux`` back to back with the queries of ``benchmarks.index_and_search``
 in mixed modes (lexical, semantic, hybrid in turn), query cache off. After a warm-up it
 counts the searches answered in ``--seconds`` and the CPU time the server's processes
 (the server and every descendant: HTTP workers, never a worker pool here) spent in

@@ -10,7 +10,7 @@ term in 1% or more) or ``mid``; ``phrase`` for the quoted ones. Reports p50/p95/
 overall and per label, and the FTS5 segment count of ``chunks_fts``.
 
 ``--reference`` also times the same queries with every match scored
-(``LexicalOptions(bounded=False)``, the search before issue 22's bounds) and checks that
+(``LexicalOptions(bounded=False)``, no score bounds) and checks that
 both return the same rankings (ids and bm25() values).
 
 ``--fresh-counts`` also times the same queries with every search counting its clauses

@@ -4,7 +4,7 @@
         --vector-index exact --keep
     nice -n 10 .venv/bin/python -m benchmarks.process_memory --workdir /work/scale --files 25000
 
-On the corpus and index a ``scale_run.py --keep`` left in ``--workdir``, runs each step
+On the corpus and index a ``benchmarks.scale_run --keep`` left in ``--workdir``, runs each step
 alone in a child process (``python -c``, so ``PYTHONPATH`` picks the code measured: run it
 again with ``PYTHONPATH=<an older checkout>`` for the before figures) and reports the
 child's peak RSS (``ru_maxrss``), its anonymous and file-backed RSS at the end (mapped

@@ -17,8 +17,8 @@ their messages) are left for ONNX.
     .venv/bin/python -m benchmarks.queue_profile --backend hash
 
 ``--keep-db PATH`` keeps a copy of the finished index (the steps run in one process, so
-two checkouts write the same rows in the same order: ``index_tables_diff.py`` compares
-them).
+two checkouts write the same rows in the same order, and their copies compare table by
+table).
 """
 
 from __future__ import annotations

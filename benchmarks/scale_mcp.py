@@ -1,4 +1,4 @@
-"""The scale run through the real MCP server (``scale_run.py --mcp``): one command per size.
+"""The scale run through the real MCP server (``benchmarks.scale_run --mcp``): one command per size.
 
 Processes as ``make run`` starts them (the Procfile): ``rifflux worker`` (one supervised
 pool, ``--worker-processes``, default the CPU count) beside the MCP server, here over
@@ -6,8 +6,7 @@ stdio with a real ``mcp`` client session. Everything is measured through MCP too
 
 1. full index: ``reindex`` of the generated corpus on an empty index, waiting (the
    server waits an hour at most); ``--full-background``: ``background: true``, then
-   ``index_status`` every 0.5 s until the job ends (on main at accbdf8 that polling
-   crashed the server twice with SIGBUS in ``index_status``: BENCHMARKS.md);
+   ``index_status`` every 0.5 s until the job ends;
 2. idle search latency: ``search_rifflux`` p50/p95/p99 per mode (lexical, semantic,
    hybrid; query cache off) over realistic queries lifted from the index
    (``benchmarks.scale_queries``: 2–6 words, rare, common and phrases);

@@ -1,4 +1,4 @@
-"""Latency of the search options of issue 12 and of a query cache hit, on SciFact.
+"""Latency of the search options and of a query cache hit, on SciFact.
 
     python -m benchmarks.search_options_latency [--queries 200]
 
