@@ -33,7 +33,7 @@ def sample_recall(vectors: np.ndarray, rows: int, seed: int = 7) -> tuple[float,
 
 
 def report(name: str, vectors: np.ndarray, whole: bool) -> None:
-    for rows in SAMPLES:
+    for rows in (n for n in SAMPLES if n < vectors.shape[0]):
         recall, cpu = sample_recall(vectors, rows)
         emit("sample_recall", vectors=name, rows=rows, recall=round(recall, 3), cpu_s=round(cpu, 1))
     if whole:

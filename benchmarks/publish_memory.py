@@ -230,8 +230,7 @@ def main() -> int:
         for i in range(args.repeat):
             for name, path in versions:
                 result = run_child(db_path, args.mode, path, step)
-                code = path or "this checkout"
-                emit("publish_memory", step=step, side=name, round=i + 1, code=code, **result)
+                emit("publish_memory", step=step, side=name, round=i + 1, **result)
     return 0
 
 
