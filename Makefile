@@ -45,12 +45,13 @@ format: install
 
 # The quick benchmarks, which need nothing beside the clone (about a minute): in-process
 # index and search on the vendored corpus (hash embeddings), the vector cache at 20k and
-# 100k rows, idle broker CPU. The rest read ../shared or take long; BENCHMARKS.md has them.
+# 100k rows, idle broker CPU; one JSON line per measure. The suites
+# (`python -m benchmarks SUITE`) and the full-size runs are in BENCHMARKS.md.
 bench: install
-	$(BIN)/python benchmarks/index_and_search.py --backend hash --corpus tests/corpus/awesome-copilot/agents
-	$(BIN)/python benchmarks/vector_search.py --sizes 20000 100000
-	$(BIN)/python benchmarks/broker_idle_cpu.py --seconds 5
-	@echo "bench: quick set done; ONNX, worker, full-corpus and SciFact benchmarks (need ../shared) are run by hand, see BENCHMARKS.md"
+	$(BIN)/python -m benchmarks.index_and_search --backend hash --corpus tests/corpus/awesome-copilot/agents
+	$(BIN)/python -m benchmarks.vector_search --sizes 20000 100000
+	$(BIN)/python -m benchmarks.broker_idle_cpu --seconds 5
+	@echo "bench: quick set done; the suites: $(BIN)/python -m benchmarks --list; full-size runs: BENCHMARKS.md"
 
 clean:
 	rm -rf .rifflux .pytest_cache .ruff_cache .mypy_cache

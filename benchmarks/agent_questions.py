@@ -1,5 +1,5 @@
 """Agent-style questions through MCP on awesome-copilot: latency idle and while a
-reindex embeds beside the searches (issue 22).
+reindex embeds beside the searches.
 
 Agents ask in sentences, not keywords. The questions are the natural-language queries
 of ``awesome_copilot_queries.jsonl`` (styles ``question`` and ``paraphrase``, both
@@ -8,7 +8,7 @@ cache off, on an index built beforehand with the same embedder, e.g.:
 
     RIFFLUX_EMBEDDING_BACKEND=onnx RIFFLUX_DB_PATH=W/index.db \\
         .venv/bin/rifflux index W/corpus --in-process
-    nice -n 5 .venv/bin/python benchmarks/agent_questions.py --db W/index.db \\
+    nice -n 5 .venv/bin/python -m benchmarks.agent_questions --db W/index.db \\
         --corpus W/corpus --backend onnx
 
 1. **idle**: ``--rounds`` passes over the questions per mode (lexical, semantic,
@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -38,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from mcp import StdioServerParameters
-from scale_mcp import MODES, call, job_state, open_session, timed_search
-from scale_queries import percentiles
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.harness import REPO, checkout_python, emit, machine, percentiles
+from benchmarks.scale_mcp import MODES, call, job_state, open_session, timed_search
+
 QUERIES = Path(__file__).resolve().parent / "awesome_copilot_queries.jsonl"
 STYLES = ("question", "paraphrase")
 STATUS_EVERY_SECONDS = 2.0
@@ -117,16 +116,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     if args.worker_nice is not None:
         env["RIFFLUX_WORKER_NICE"] = str(args.worker_nice)
-    python = args.repo / ".venv" / "bin" / "python"
     params = StdioServerParameters(
-        command=str(python if python.exists() else sys.executable),
+        command=checkout_python(args.repo),
         args=["-m", "rifflux.mcp", "--transport", "stdio"],
         env=env,
         cwd=str(args.repo),
     )
     asked = questions(args.queries)
     report: dict[str, Any] = {
-        "machine": f"{platform.node()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "repo": str(args.repo),
         "worker_nice": args.worker_nice,
         "questions": len(asked),
@@ -160,7 +158,7 @@ def main() -> int:
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout to serve")
     parser.add_argument("--worker-nice", type=int, help="RIFFLUX_WORKER_NICE of the pool")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args)), indent=2))
+    emit("agent_questions", **asyncio.run(run(args)))
     return 0
 
 

@@ -1,11 +1,11 @@
 """Hybrid levers on the awesome-copilot judged queries, file level, against the naive pipeline.
 
-    python benchmarks/awesome_copilot_hybrid_grid.py                        # every setting, tune
-    python benchmarks/awesome_copilot_hybrid_grid.py --only base rrf-k20    # some settings
-    python benchmarks/awesome_copilot_hybrid_grid.py --split heldout --only base rrf-k20
+    python -m benchmarks.awesome_copilot_hybrid_grid                        # every setting, tune
+    python -m benchmarks.awesome_copilot_hybrid_grid --only base rrf-k20    # some settings
+    python -m benchmarks.awesome_copilot_hybrid_grid --split heldout --only base rrf-k20
 
 Every setting is a hybrid search through the real ``SearchService.search`` over the index
-``awesome_copilot_quality.py`` builds (same corpus subset, cache directory and vector
+``benchmarks.awesome_copilot_quality`` builds (same corpus subset, cache directory and vector
 cache; run that script first, this one embeds only the queries), scored as that script
 scores: the distinct files of the ranked chunks in rank order (``rank_documents``, as
 ``rifflux eval``), nDCG@10 / Recall@10 / MRR@10 with the graded judgements. A setting
@@ -32,8 +32,6 @@ shipping, run once each (``--split heldout --only ...``), never to choose among 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sqlite3
 import statistics
 import sys
@@ -41,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awesome_copilot_quality import (
+from benchmarks.awesome_copilot_quality import (
     CUTOFF,
     DEFAULT_CACHE,
     DEFAULT_CORPUS,
@@ -55,7 +53,7 @@ from awesome_copilot_quality import (
     prepare_corpus,
     score,
 )
-
+from benchmarks.harness import emit, emit_machine
 from rifflux.config import Settings
 from rifflux.embed.onnx import OnnxEmbedder
 from rifflux.eval.runner import rank_documents
@@ -223,35 +221,33 @@ def main(argv: list[str] | None = None) -> int:
     base = Settings.from_env()
     index_db = cache / f"rifflux-{chunker_fingerprint(base)}" / "index.db"
     if not index_db.is_file():
-        sys.exit(f"no index at {index_db}: run benchmarks/awesome_copilot_quality.py first")
+        sys.exit(f"no index at {index_db}: run python -m benchmarks.awesome_copilot_quality first")
     embedder = CachedEmbedder(OnnxEmbedder(), args.cache_dir / "vectors.sqlite")
     chosen_queries = [q for q in queries if q.split == args.split]
     doc_of_path = {path: path for path in files}
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
-        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
-        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    emit_machine(
+        files=len(files),
+        corpus_files=len(all_files),
+        index=str(index_db),
+        split=args.split,
+        queries=len(chosen_queries),
     )
-    print(
-        f"corpus: {len(files)} of {len(all_files)} files; index {index_db}; "
-        f"split {args.split} ({len(chosen_queries)} queries)"
-    )
-    print(f"\n| setting | {' | '.join(args.modes)} |")
-    print(f"|---|{'---|' * len(args.modes)}")
+
+    def quality(found: dict[str, Any]) -> dict[str, float]:
+        return {k: round(found[k], 3) for k in ("ndcg", "recall", "mrr")}
+
     if not args.no_naive:
         naive = NaivePipeline(root, files, embedder)
         depths: dict[str, int | None] = {"naive": None}
         if args.chunks_read is not None:
             depths = {f"naive, best {args.chunks_read} chunks": args.chunks_read} | depths
         for label, depth in depths.items():
-            cells = []
             for mode in args.modes:
                 ranker: Ranker = lambda text, mode=mode, depth=depth: naive.rank_files(  # noqa: E731
                     text, mode, depth
                 )
                 found = score(chosen_queries, ranker)
-                cells.append(f"{found['ndcg']:.3f} / {found['recall']:.3f} / {found['mrr']:.3f}")
-            print(f"| {label} | {' | '.join(cells)} |", flush=True)
+                emit("file_level_quality", setting=label, mode=mode, **quality(found))
     replica: ReplicaLexical | None = None
     for name in chosen:
         setting = grid[name]
@@ -270,7 +266,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         service = SearchService(settings, embedder=embedder, lexical=lexical)
         options = setting.get("options", {})
-        cells = []
         for mode in args.modes:
             if "replica" in setting:
                 if replica is None:
@@ -299,12 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                 return found
 
             found = score(chosen_queries, file_ranker(timed, args.chunks_read, doc_of_path))
-            cells.append(
-                f"{found['ndcg']:.3f} / {found['recall']:.3f} / {found['mrr']:.3f}"
-                + (f" ({statistics.median(timings):.1f} ms)" if args.timings else "")
-            )
+            extra = {"p50_ms": round(statistics.median(timings), 1)} if args.timings else {}
+            emit("file_level_quality", setting=name, mode=mode, **quality(found), **extra)
         service.close()
-        print(f"| {name} | {' | '.join(cells)} |", flush=True)
     return 0
 
 

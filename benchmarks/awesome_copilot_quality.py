@@ -1,9 +1,9 @@
 """File-level retrieval quality on real markdown: Rifflux against a naive pipeline.
 
-    python benchmarks/awesome_copilot_quality.py                      # both halves
-    python benchmarks/awesome_copilot_quality.py --split heldout      # the held-out half
-    python benchmarks/awesome_copilot_quality.py --split tune --per-query
-    python benchmarks/awesome_copilot_quality.py --heading-weight 0.5 --candidate-multiplier 6
+    python -m benchmarks.awesome_copilot_quality                      # both halves
+    python -m benchmarks.awesome_copilot_quality --split heldout      # the held-out half
+    python -m benchmarks.awesome_copilot_quality --split tune --per-query
+    python -m benchmarks.awesome_copilot_quality --heading-weight 0.5 --candidate-multiplier 6
 
 The queries and their judged files are ``benchmarks/awesome_copilot_queries.jsonl`` (one
 JSON object a line: ``id``, ``split`` "tune" or "heldout", ``style``, ``query`` and
@@ -42,12 +42,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import platform
 import re
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,21 +55,22 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import DEFAULT_CORPUS, REPO, emit, emit_machine
 from rifflux.config import Settings
 from rifflux.embed.base import Embedder
+from rifflux.embed.hashing import HashEmbedder
 from rifflux.embed.onnx import OnnxEmbedder
 from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
 from rifflux.eval.runner import rank_documents
 from rifflux.index.indexer import Indexer
+from rifflux.logs import configure_logging
 from rifflux.search.fusion import rrf_fuse
 from rifflux.search.lexical import DEFAULT_OPTIONS, LexicalOptions
 from rifflux.search.query import build_match_query
 from rifflux.search.service import SearchService
 from rifflux.status import index_counts
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpora" / "awesome-copilot"
-DEFAULT_QUERIES = REPO_ROOT / "benchmarks" / "awesome_copilot_queries.jsonl"
+DEFAULT_QUERIES = REPO / "benchmarks" / "awesome_copilot_queries.jsonl"
 DEFAULT_CACHE = Path.home() / ".cache" / "rifflux" / "awesome-copilot-quality"
 MODES = ("lexical", "semantic", "hybrid")
 SPLITS = ("tune", "heldout")
@@ -133,8 +133,10 @@ def prepare_corpus(
 ) -> tuple[list[Query], list[str], list[str], Path, Path]:
     """The queries, every corpus file, the files under test (all, or the judged ones plus
     distractors), the cache folder of that file set, and its copy of the corpus."""
-    queries = load_queries(args.queries)
     all_files = corpus_files(args.corpus)
+    present = set(all_files)
+    # A part of the corpus (the vendored sample) answers only the queries it holds.
+    queries = [q for q in load_queries(args.queries) if set(q.relevant) <= present]
     files = subset_files(all_files, judged_files(queries), None if args.full else args.distractors)
     cache = args.cache_dir / ("full" if args.full else f"subset-{args.distractors}")
     root = cache / "corpus"
@@ -160,20 +162,28 @@ def sync_copy(corpus: Path, files: Sequence[str], dest: Path) -> None:
 
 
 class CachedEmbedder:
-    """An embedder whose vectors are remembered on disk by the sha256 of their text."""
+    """An embedder whose vectors are remembered on disk by the sha256 of their text.
+
+    Safe to call from any thread: a hybrid search embeds its query beside the lexical
+    half, on another thread; one lock serialises the cache's connection."""
 
     def __init__(self, inner: Embedder, path: Path) -> None:
         self.inner = inner
         self.label = inner.label
         self.dim = inner.dim
         self.embedded = 0
-        self._db = sqlite3.connect(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS vectors (label TEXT, sha TEXT, vec BLOB, "
             "PRIMARY KEY (label, sha))"
         )
 
     def embed_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return self._embed_batch(texts)
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         shas = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         missing: dict[str, str] = {}
@@ -288,7 +298,7 @@ def chunker_fingerprint(settings: Settings) -> str:
     """Names a Rifflux index by everything that decides its chunks and embedding inputs."""
     digest = hashlib.sha256()
     for module in ("chunker.py", "prepare.py", "frontmatter.py"):
-        digest.update((REPO_ROOT / "rifflux" / "index" / module).read_bytes())
+        digest.update((REPO / "rifflux" / "index" / module).read_bytes())
     digest.update(f"{settings.max_chunk_chars}/{settings.min_chunk_chars}".encode())
     return digest.hexdigest()[:12]
 
@@ -304,7 +314,7 @@ def rifflux_service(
     settings = base.with_overrides(
         db_path=index_dir / "index.db",
         base_dir=root,
-        embedding_backend="onnx",
+        embedding_backend=args.backend,
         candidate_multiplier=args.candidate_multiplier,
         rrf_k=args.rrf_k,
     )
@@ -346,16 +356,30 @@ def score(queries: Sequence[Query], ranker: Ranker) -> dict[str, Any]:
     } | {"per_query": per_query}
 
 
-def print_table(results: dict[str, dict[str, dict[str, Any]]], split: str, count: int) -> None:
-    print(f"\n## split {split} ({count} queries): file-level nDCG@10 / Recall@10 / MRR@10")
-    print(f"| system | {' | '.join(MODES)} |")
-    print(f"|---|{'---|' * len(MODES)}")
+OPTION_NAMES = (
+    "max_chars",
+    "min_chars",
+    "heading_weight",
+    "content_weight",
+    "path_weight",
+    "about_weight",
+    "candidate_multiplier",
+    "rrf_k",
+)
+
+
+def emit_scores(results: dict[str, dict[str, dict[str, Any]]], split: str, count: int) -> None:
+    """One line per system and mode: file-level nDCG@10, Recall@10 and MRR@10."""
     for system, modes in results.items():
-        cells = [
-            f"{modes[m]['ndcg']:.3f} / {modes[m]['recall']:.3f} / {modes[m]['mrr']:.3f}"
-            for m in MODES
-        ]
-        print(f"| {system} | {' | '.join(cells)} |")
+        for mode in MODES:
+            emit(
+                "file_level_quality",
+                split=split,
+                queries=count,
+                system=system,
+                mode=mode,
+                **{k: round(modes[mode][k], 3) for k in ("ndcg", "recall", "mrr")},
+            )
 
 
 def print_per_query(
@@ -387,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="index the whole corpus")
     parser.add_argument("--systems", nargs="+", choices=("rifflux", "naive"), default=None)
     parser.add_argument("--per-query", action="store_true", help="list per-query differences")
+    parser.add_argument("--backend", choices=("onnx", "hash"), default="onnx")
     settings = Settings()
     parser.add_argument("--max-chars", type=int, default=settings.max_chunk_chars)
     parser.add_argument("--min-chars", type=int, default=settings.min_chunk_chars)
@@ -405,24 +430,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the full results here")
     args = parser.parse_args(argv)
     systems = args.systems or ["rifflux", "naive"]
+    configure_logging("WARNING")
 
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus} (benchmarks read ../shared beside the repo)")
     queries, all_files, files, cache, root = prepare_corpus(args)
-    embedder = CachedEmbedder(OnnxEmbedder(), args.cache_dir / "vectors.sqlite")
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
-        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}"
-    )
-    print(
-        f"corpus: {len(files)} of {len(all_files)} files; queries: {len(queries)} "
-        f"({', '.join(f'{s} {sum(q.split == s for q in queries)}' for s in SPLITS)})"
-    )
-    print(
-        f"rifflux options: max_chars {args.max_chars}, min_chars {args.min_chars}, "
-        f"bm25 weights heading {args.heading_weight:g} content {args.content_weight:g} "
-        f"path {args.path_weight:g}, about {args.about_weight:g}, "
-        f"candidate_multiplier {args.candidate_multiplier}, rrf_k {args.rrf_k}"
+    inner: Embedder = OnnxEmbedder() if args.backend == "onnx" else HashEmbedder()
+    embedder = CachedEmbedder(inner, args.cache_dir / "vectors.sqlite")
+    emit_machine(
+        corpus=str(args.corpus),
+        files=len(files),
+        corpus_files=len(all_files),
+        queries={s: sum(q.split == s for q in queries) for s in SPLITS},
+        backend=args.backend,
+        options={name: getattr(args, name) for name in OPTION_NAMES},
     )
 
     rankers: dict[str, dict[str, Ranker]] = {}
@@ -441,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return lambda text: rank_documents(search, text, doc_of_path, CUTOFF)
 
         rankers["rifflux"] = {mode: rifflux_ranker(mode) for mode in MODES}
-        print(f"rifflux index: {info['rifflux']} ({time.perf_counter() - started:.0f} s)")
+        emit("rifflux_index", seconds=round(time.perf_counter() - started), **info["rifflux"])
     if "naive" in systems:
         started = time.perf_counter()
         naive = NaivePipeline(root, files, embedder)
@@ -450,8 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for mode in MODES
         }
         info["naive"] = {"chunks": naive.chunk_count}
-        print(f"naive index: {naive.chunk_count} chunks ({time.perf_counter() - started:.0f} s)")
-    print(f"vectors embedded in this run: {embedder.embedded}")
+        emit("naive_index", chunks=naive.chunk_count, seconds=round(time.perf_counter() - started))
+    emit("embedded", vectors=embedder.embedded)
 
     splits = SPLITS if args.split == "all" else (args.split,)
     output: dict[str, Any] = {"info": info, "splits": {}}
@@ -462,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for system, by_mode in rankers.items()
         }
         output["splits"][split] = results
-        print_table(results, split, len(chosen))
+        emit_scores(results, split, len(chosen))
         if args.per_query and len(rankers) == 2:
             for mode in ("lexical", "hybrid"):
                 print_per_query(chosen, results, mode)

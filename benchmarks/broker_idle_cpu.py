@@ -1,6 +1,6 @@
 """CPU used by idle consumers of the SQLite broker (it must not busy-loop).
 
-    python benchmarks/broker_idle_cpu.py --seconds 30
+    python -m benchmarks.broker_idle_cpu --seconds 30
 
 Each mode runs for ``--seconds`` on an empty queue in a fresh broker file and reports
 this process's CPU time (all threads) divided by the wall time:
@@ -16,9 +16,6 @@ this process's CPU time (all threads) divided by the wall time:
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -26,21 +23,12 @@ from pathlib import Path
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
+from benchmarks.harness import emit, emit_machine
 from rifflux.queue.presence import PresenceMiddleware, SQLitePresence
 from rifflux.queue.sqlite_broker import MAX_POLL_SECONDS, SQLiteBroker
 
 MODES = ("consumer", "worker", "stub-worker")
 QUEUE = "idle"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def measure(seconds: float, run) -> tuple[float, float]:
@@ -97,11 +85,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown modes {unknown}; choose from {', '.join(MODES)}")
 
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, {cpu_model()}")
-    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}")
-    print(f"dramatiq {dramatiq.__version__}, MAX_POLL_SECONDS={MAX_POLL_SECONDS}")
-    print(f"idle seconds per mode: {args.seconds}")
-    print(f"{'mode':<12} {'cpu_s':>8} {'wall_s':>8} {'cpu/wall':>9}")
+    emit_machine(
+        dramatiq=dramatiq.__version__, max_poll_seconds=MAX_POLL_SECONDS, seconds=args.seconds
+    )
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         runs = {
@@ -111,7 +97,13 @@ def main() -> None:
         }
         for mode in modes:
             cpu, wall = measure(args.seconds, runs[mode])
-            print(f"{mode:<12} {cpu:>8.3f} {wall:>8.2f} {cpu / wall:>8.3%}")
+            emit(
+                "broker_idle_cpu",
+                mode=mode,
+                cpu_s=round(cpu, 3),
+                wall_s=round(wall, 2),
+                percent_of_one_core=round(100 * cpu / wall, 3),
+            )
 
 
 if __name__ == "__main__":

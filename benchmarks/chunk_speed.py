@@ -8,16 +8,14 @@ markdown-it. With ``--check`` it also asserts that both paths give identical chu
 every file, at the shipped bounds and at small ones that split oversized blocks, and on a
 sample of the generated scale corpus (``benchmarks/scale_corpus.py``).
 
-    .venv/bin/python benchmarks/chunk_speed.py
-    .venv/bin/python benchmarks/chunk_speed.py --check --scale-files 2000
+    .venv/bin/python -m benchmarks.chunk_speed
+    .venv/bin/python -m benchmarks.chunk_speed --check --scale-files 2000
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import sys
 import time
@@ -25,12 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from scale_corpus import DEFAULT_SOURCE, Vocabulary, document
-
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
+from benchmarks.scale_corpus import Vocabulary, document
 from rifflux.config import Settings
 from rifflux.index import blocks, chunker
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 CHECK_LIMITS = ((300, 100), (80, 0))
 T = TypeVar("T")
 
@@ -87,7 +84,7 @@ def mismatches(texts: list[tuple[str, str]], limits: tuple[tuple[int, int], ...]
 
 
 def scale_sample(files: int, seed: int = 13) -> list[tuple[str, str]]:
-    vocab = Vocabulary.from_corpus(DEFAULT_SOURCE)
+    vocab = Vocabulary.from_corpus(DEFAULT_CORPUS)
     rng = random.Random(seed)
     indexes = sorted(rng.sample(range(100_000), files))
     return [(f"doc-{i:06d}.md", document(vocab, random.Random(f"{seed}:{i}"))) for i in indexes]
@@ -112,7 +109,7 @@ def main() -> int:
     unsure, scan_cpu = cpu(lambda: scan_all(sources), args.rounds)
     _, parse_cpu = cpu(lambda: parse_all(sources), args.rounds)
     report: dict[str, object] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "corpus": str(args.corpus),
         "files": len(texts),
@@ -145,7 +142,7 @@ def main() -> int:
             "mismatch_count": len(bad),
         }
         failed = failed or bool(bad)
-    print(json.dumps(report, indent=2))
+    emit("chunk_speed", **report)
     return 1 if failed else 0
 
 

@@ -1,6 +1,6 @@
 """Index database size against corpus text, with the bytes of every table and index.
 
-Generates the corpus with ``scale_corpus.py`` if ``WORKDIR/corpus`` is missing (25k files
+Generates the corpus with ``benchmarks.scale_corpus`` if ``WORKDIR/corpus`` is missing (25k files
 ≈ 200k chunks by default), indexes it in-process with the hash embedder into ``--db``
 (default ``WORKDIR/index.db``) if that file is missing, checkpoints the WAL into the main
 file (so the figure is the database, not a leftover log), and prints the corpus text
@@ -8,28 +8,25 @@ bytes (the sum of the file sizes), the main file's bytes, their ratio, and the b
 every table and index (SQLite's ``dbstat`` virtual table; an FTS5 table's shadow tables
 are grouped under it).
 
-    nice -n 10 .venv/bin/python benchmarks/db_size.py --workdir /work/bench-dbsize --out size.json
+    nice -n 10 .venv/bin/python -m benchmarks.db_size --workdir /work/bench-dbsize --out size.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from scale_corpus import generate
-
 import rifflux
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
+from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 
-SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 FTS5_SHADOWS = ("_data", "_idx", "_docsize", "_content", "_config")
 
 
@@ -97,14 +94,13 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/work/bench-dbsize"))
     parser.add_argument("--db", type=Path, help="index (default: WORKDIR/index.db)")
     parser.add_argument("--files", type=int, default=25_000)
-    parser.add_argument("--source", type=Path, default=SHARED_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--out", type=Path, help="write the JSON here (the log goes to stdout)")
     args = parser.parse_args()
     corpus = args.workdir / "corpus"
     db = args.db or args.workdir / "index.db"
     out: dict[str, Any] = {
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-        f"load {os.getloadavg()[0]:.2f}",
+        "machine": machine(),
         "rifflux": rifflux.__file__,
         "sqlite": sqlite3.sqlite_version,
         "corpus": str(corpus),
@@ -122,10 +118,9 @@ def main() -> int:
     out["corpus_files"], out["corpus_text_bytes"] = corpus_bytes(corpus)
     out.update(breakdown(db))
     out["ratio"] = round(out["db_bytes"] / out["corpus_text_bytes"], 2)
-    text = json.dumps(out, indent=1)
     if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    emit("db_size", **out)
     return 0
 
 

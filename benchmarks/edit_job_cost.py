@@ -15,18 +15,17 @@ embedder), then ``--edits`` times rewrites one file and measures, in this proces
 
 Wall and CPU seconds (``time.process_time``) of each, median over the edits.
 
-    nice -n 5 .venv/bin/python benchmarks/edit_job_cost.py --files 100000 --workdir W
+    nice -n 5 .venv/bin/python -m benchmarks.edit_job_cost --files 100000 --workdir W
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
+from benchmarks.harness import emit, emit_machine
 from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
@@ -94,10 +93,11 @@ def main() -> None:
     indexer = Indexer(settings)
     started = time.perf_counter()
     report = indexer.run([root])
-    print(f"machine: {platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    print(
-        f"corpus: {args.files} files; first index: {report.files_indexed} files indexed in "
-        f"{time.perf_counter() - started:.1f} s"
+    emit_machine(files=args.files, edits=args.edits)
+    emit(
+        "first_index",
+        files_indexed=report.files_indexed,
+        seconds=round(time.perf_counter() - started, 2),
     )
 
     def scan() -> None:
@@ -119,16 +119,20 @@ def main() -> None:
         target.write_text(f"# Edited {edit}\n\nAn edited note, round {time.time()}.\n")
         scans.append(timed(scan))
         jobs.append(timed(lambda: indexer.run([root])))
-    for name, runs in (("scan of the root", scans), ("one-edit job, in-process", jobs)):
-        wall = statistics.median(w for w, _ in runs)
-        cpu = statistics.median(c for _, c in runs)
-        print(f"{name}: median {wall:.3f} s wall, {cpu:.3f} s CPU over {len(runs)} edits")
+    for name, runs in (("root_scan", scans), ("edit_job_in_process", jobs)):
+        emit(
+            name,
+            files=args.files,
+            wall_s_median=round(statistics.median(w for w, _ in runs), 3),
+            cpu_s_median=round(statistics.median(c for _, c in runs), 3),
+            edits=len(runs),
+        )
 
     # The queued jobs. A connection stays open, as the front process's keeps one (the
     # last connection to close checkpoints the whole WAL, which a real job never does).
     keep_open = open_index(settings.db_path)
     queued_job(settings, root, None)  # records the root's whole scan (no symlinks)
-    for label, scoped in (("whole root", False), ("scoped to the edited file", True)):
+    for label, scoped in (("whole_root", False), ("scoped_to_the_edited_file", True)):
         runs = []
         for edit in range(args.edits):
             target = root / "d0001" / f"f{edit:04d}.md"
@@ -137,18 +141,20 @@ def main() -> None:
             cpu = queued_job(settings, root, [target] if scoped else None)
             cpu["wall"] = time.perf_counter() - wall
             runs.append(cpu)
-        parts = ", ".join(
-            f"{key} {statistics.median(r.get(key, 0.0) for r in runs):.3f}"
+        medians = {
+            f"{key}_s": round(statistics.median(r.get(key, 0.0) for r in runs), 3)
             for key in ("plan", "chunk", "finalize", "wall")
-        )
+        }
         total = statistics.median(r["plan"] + r.get("chunk", 0.0) + r["finalize"] for r in runs)
-        scanned = int(runs[0]["files scanned"])
-        print(
-            f"queued one-edit job, {label}: median CPU s {parts} (wall); "
-            f"steps total {total:.3f} CPU s; files scanned {scanned}"
+        emit(
+            "edit_job_queued",
+            job=label,
+            files=args.files,
+            cpu_steps_s_median=round(total, 3),
+            medians=medians,
+            files_scanned=int(runs[0]["files scanned"]),
         )
     keep_open.close()
-    print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

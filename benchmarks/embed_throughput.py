@@ -1,6 +1,6 @@
 """Embedding throughput of the ONNX and hash embedders on a markdown corpus.
 
-    python benchmarks/embed_throughput.py --limit 2000 --threads 2 --batch-size 32
+    python -m benchmarks.embed_throughput --limit 2000 --threads 2 --batch-size 32
 
 Markdown files are split on blank lines into pieces of up to ~1,200 characters (close
 to what the indexer's chunker produces), in sorted path order; the first ``--limit``
@@ -11,8 +11,6 @@ Prints the machine, the inputs and chunks/s and tokens/s.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import re
 import time
 from pathlib import Path
@@ -20,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from benchmarks.harness import DEFAULT_CORPUS, emit, emit_machine
 from rifflux.embed import HashEmbedder, OnnxEmbedder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpora" / "awesome-copilot"
 CHUNK_CHARS = 1200
 BACKENDS = ("onnx", "hash")
 
@@ -84,29 +81,40 @@ def main() -> None:
 
     chunks, files = load_chunks(corpus, args.limit)
     chars = sum(map(len, chunks))
-    print(f"machine   {platform.platform()}, {platform.processor() or platform.machine()}")
-    print(f"cpus      {os.cpu_count()}  python {platform.python_version()}")
-    print(f"runtime   onnxruntime {onnxruntime.__version__}, numpy {np.__version__}")
-    print(f"corpus    {corpus} ({files} files read)")
-    print(f"chunks    {len(chunks)}, {chars:,} chars, mean {chars / max(len(chunks), 1):.0f}")
-    print(f"settings  threads={args.threads} batch_size={args.batch_size}")
+    emit_machine(
+        onnxruntime=onnxruntime.__version__,
+        corpus=str(corpus),
+        files=files,
+        chunks=len(chunks),
+        chars=chars,
+        threads=args.threads,
+        batch_size=args.batch_size,
+    )
 
     if "onnx" in backends:
         onnx = OnnxEmbedder(threads=args.threads, batch_size=args.batch_size)
         load_seconds, _ = timed(onnx.embed_batch, ["warm-up"])
         tokens = sum(onnx.count_tokens(chunks))
         seconds, _ = timed(onnx.embed_batch, chunks)
-        print(
-            f"onnx      {onnx.label}: load {load_seconds:.2f} s; {len(chunks)} chunks, "
-            f"{tokens:,} tokens (mean {tokens / len(chunks):.0f}, max 256) in {seconds:.1f} s "
-            f"= {len(chunks) / seconds:.1f} chunks/s, {tokens / seconds:,.0f} tokens/s"
+        emit(
+            "embed_throughput",
+            model=onnx.label,
+            load_s=round(load_seconds, 2),
+            chunks=len(chunks),
+            tokens=tokens,
+            seconds=round(seconds, 1),
+            chunks_per_s=round(len(chunks) / seconds, 1),
+            tokens_per_s=round(tokens / seconds),
         )
     if "hash" in backends:
         hashing = HashEmbedder()
         seconds, _ = timed(hashing.embed_batch, chunks)
-        print(
-            f"hash      {hashing.label}: {len(chunks)} chunks in {seconds:.2f} s "
-            f"= {len(chunks) / seconds:,.0f} chunks/s"
+        emit(
+            "embed_throughput",
+            model=hashing.label,
+            chunks=len(chunks),
+            seconds=round(seconds, 2),
+            chunks_per_s=round(len(chunks) / seconds),
         )
 
 

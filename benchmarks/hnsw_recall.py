@@ -1,5 +1,5 @@
 """HNSW recall@10 and latency against the exact scan at 200k / 1M rows of vectors with
-real structure, and what the publisher's self-check says of them (issue 22).
+real structure, and what the publisher's self-check says of them.
 
 Rows:
 
@@ -27,7 +27,7 @@ whether the publisher would refuse the graph; ``held_out`` is recall@10 of real 
 int8 scan, with the exact scan's and the graph's p50 / p95 search time (thread CPU
 time: other jobs on a shared machine do not inflate it).
 
-    nice -n 10 .venv/bin/python benchmarks/hnsw_recall.py --db /tmp/hnsw22/ac/index.db \\
+    nice -n 10 .venv/bin/python -m benchmarks.hnsw_recall --db /tmp/hnsw22/ac/index.db \\
         --queries benchmarks/awesome_copilot_queries.jsonl --rows 200000 --noise 0.5 1.0
 """
 
@@ -45,10 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_corpus import Vocabulary, paragraph
-from vector_search import machine
-
+from benchmarks.harness import emit, emit_machine
+from benchmarks.scale_corpus import Vocabulary, paragraph
 from rifflux.vectors.hnsw import (
     RECALL_FLOOR,
     build_graph,
@@ -215,7 +213,7 @@ def measure(
         del index
         result["held_out"] = held_out(vectors, path, queries)
         path.unlink()
-    print(json.dumps(result), flush=True)
+    emit("hnsw_recall", **result)
     return result
 
 
@@ -236,28 +234,24 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=22)
     args = parser.parse_args()
 
-    print(json.dumps({"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}}))
+    emit_machine(args={k: str(v) for k, v in vars(args).items()})
     queries = embed_queries(args.queries) if args.queries else None
     with tempfile.TemporaryDirectory(prefix="hnsw-recall-") as tmp:
         workdir = Path(tmp)
         if args.db:
             base = unit(read_vectors(args.db, ONNX_MODEL).astype(np.float64))
-            print(json.dumps({"originals": base.shape[0], "nn_cosine": nn_cosines(base)}))
+            emit("originals", rows=base.shape[0], nn_cosine=nn_cosines(base))
             real = quantize_rows(base)
             measure(f"onnx-{real.shape[0]}-real", real, queries, workdir)
             for rows in args.rows:
                 for noise in args.noise:
                     vectors, origin = noisy_copies(base, rows, noise, args.seed)
-                    print(
-                        json.dumps(
-                            {
-                                "rows": rows,
-                                "noise": noise,
-                                "copy_cosine": round(1 / np.sqrt(1 + noise**2), 3),
-                                "sibling_share": sibling_share(vectors, origin),
-                            }
-                        ),
-                        flush=True,
+                    emit(
+                        "noisy_copies",
+                        rows=rows,
+                        noise=noise,
+                        copy_cosine=round(1 / np.sqrt(1 + noise**2), 3),
+                        sibling_share=sibling_share(vectors, origin),
                     )
                     measure(f"onnx-{rows}-noise{noise}", vectors, queries, workdir)
         if args.hash_rows:

@@ -1,19 +1,20 @@
 """Many MCP clients at once over streamable HTTP: searches/s and server CPU per search.
 
-Starts ``rifflux serve --transport http`` on an existing index, then one load process
+Starts ``rifflux serve --transport http`` on an index (``--db``; without it, a hash
+index of ``--corpus``, default the vendored sample, built first), then one load process
 (this one) runs ``--clients`` concurrent MCP client sessions, each calling
-``search_rifflux`` back to back with the queries of ``benchmarks/index_and_search.py``
+``search_rifflux`` back to back with the queries of ``benchmarks.index_and_search``
 in mixed modes (lexical, semantic, hybrid in turn), query cache off. After a warm-up it
 counts the searches answered in ``--seconds`` and the CPU time the server's processes
 (the server and every descendant: HTTP workers, never a worker pool here) spent in
-that window, read from ``/proc``. Build the index first, e.g.:
+that window, read from ``/proc``. On the whole corpus:
 
     RIFFLUX_EMBEDDING_BACKEND=hash .venv/bin/rifflux index --in-process \\
         ../shared/corpora/awesome-copilot --db /tmp/ac/index.db
-    nice -n 10 .venv/bin/python benchmarks/http_clients.py --db /tmp/ac/index.db \\
+    nice -n 10 .venv/bin/python -m benchmarks.http_clients --db /tmp/ac/index.db \\
         --http-workers 1 2
     # before: another checkout's server (no --http-workers flag there)
-    nice -n 10 .venv/bin/python benchmarks/http_clients.py --db /tmp/ac/index.db \\
+    nice -n 10 .venv/bin/python -m benchmarks.http_clients --db /tmp/ac/index.db \\
         --server-python ../main/.venv/bin/python --http-workers 0
 """
 
@@ -21,13 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
-import socket
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,62 +33,19 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from index_and_search import QUERIES, percentile
+from benchmarks.harness import (
+    VENDORED_CORPUS,
+    build_index,
+    emit,
+    emit_machine,
+    free_port,
+    percentiles,
+    tree_cpu_seconds,
+    wait_until_listening,
+)
+from benchmarks.index_and_search import QUERIES
 
 MODES = ("lexical", "semantic", "hybrid")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (from /proc/*/stat parent ids)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> dict[int, float]:
-    """User + system CPU seconds of each live process in ``pids``."""
-    result = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        result[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return result
-
-
-def wait_until_listening(proc: subprocess.Popen[bytes], port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"server did not listen on {port} within {timeout:g} s")
 
 
 class Load:
@@ -128,14 +83,13 @@ class Load:
     async def run(self, server_pid: int, warmup: float, seconds: float) -> dict[str, object]:
         tasks = [asyncio.create_task(self.client(n)) for n in range(self.clients)]
         await asyncio.sleep(warmup)
-        pids = descendants(server_pid)
-        before = cpu_seconds(pids)
+        before = tree_cpu_seconds(server_pid)
         self.measuring = True
         t0 = time.perf_counter()
         await asyncio.sleep(seconds)
         self.measuring = False
         window = time.perf_counter() - t0
-        after = cpu_seconds(pids)
+        after = tree_cpu_seconds(server_pid)
         self.stop = True
         await asyncio.gather(*tasks, return_exceptions=True)
         cpu = sum(after[pid] - before.get(pid, 0.0) for pid in after)
@@ -145,9 +99,8 @@ class Load:
             "searches_per_s": round(count / window, 1),
             "server_cpu_ms_per_search": round(cpu * 1000 / max(count, 1), 2),
             "server_cores_used": round(cpu / window, 2),
-            "server_processes": len(pids),
-            "p50_ms": round(statistics.median(self.latencies_ms), 1) if count else None,
-            "p99_ms": round(percentile(self.latencies_ms, 0.99), 1) if count else None,
+            "server_processes": len(after),
+            "ms": percentiles(self.latencies_ms, digits=1),
             "errors": self.errors,
         }
 
@@ -179,7 +132,10 @@ def measure(args: argparse.Namespace, workers: int) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, required=True, help="an existing index database")
+    parser.add_argument(
+        "--db", type=Path, help="an index database (default: a hash index of --corpus)"
+    )
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument("--cwd", type=Path, default=Path.cwd(), help="the server's directory")
     parser.add_argument("--backend", default="hash", help="the index's embedding backend")
     parser.add_argument("--clients", type=int, default=20)
@@ -201,21 +157,17 @@ def main() -> int:
         help="the interpreter whose rifflux serves (default: this one)",
     )
     args = parser.parse_args()
-    print(
-        json.dumps(
-            {
-                "machine": platform.platform(),
-                "cpus": os.cpu_count(),
-                "load_average": os.getloadavg(),
-                "server_python": str(args.server_python),
-                "db": str(args.db),
-                "clients": args.clients,
-                "seconds": args.seconds,
-            }
+    with tempfile.TemporaryDirectory(prefix="rifflux-http-") as work:
+        if args.db is None:
+            args.db = build_index(args.corpus, Path(work) / "index.db", args.backend)
+        emit_machine(
+            server_python=str(args.server_python),
+            db=str(args.db),
+            clients=args.clients,
+            seconds=args.seconds,
         )
-    )
-    for workers in args.http_workers:
-        print(json.dumps(measure(args, workers)), flush=True)
+        for workers in args.http_workers:
+            emit("http_clients", **measure(args, workers))
     return 0
 
 

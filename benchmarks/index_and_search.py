@@ -5,18 +5,17 @@ With ``--backend onnx`` the index is embedded with the ONNX model (slow: ~25 chu
 on 2 cores) and kept in ``--workdir`` for reuse; query embedding time is included in
 semantic and hybrid latency.
 
-    .venv/bin/python benchmarks/index_and_search.py --backend hash
-    .venv/bin/python benchmarks/index_and_search.py --backend onnx --workdir /tmp/rifflux-bench-onnx
+    .venv/bin/python -m benchmarks.index_and_search --backend hash
+    .venv/bin/python -m benchmarks.index_and_search --backend onnx --workdir /tmp/rifflux-bench-onnx
+
+Prints the machine, then one JSON line per measure: ``index`` (full and no-change
+runs), ``search`` (p50 / p95 / p99 ms per mode).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -24,9 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.harness import DEFAULT_CORPUS, emit, emit_machine, percentiles
 
+MODES = ("lexical", "semantic", "hybrid")
 QUERIES = [
     "how to write unit tests in python",
     "terraform azure best practices",
@@ -51,14 +50,8 @@ QUERIES = [
 ]
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def time_searches(service: Any, modes: Sequence[str], rounds: int) -> dict[str, object]:
-    """p50/p95 (ms) of ``rounds`` passes over QUERIES per mode, after one warm-up search."""
+    """Percentiles (ms) of ``rounds`` passes over QUERIES per mode, after one warm-up."""
     report: dict[str, object] = {}
     for mode in modes:
         service.search(QUERIES[0], top_k=10, mode=mode)  # warm-up: model load, cache build
@@ -68,11 +61,7 @@ def time_searches(service: Any, modes: Sequence[str], rounds: int) -> dict[str, 
                 t0 = time.perf_counter()
                 service.search(query, top_k=10, mode=mode)
                 timings.append((time.perf_counter() - t0) * 1000)
-        report[f"{mode}_ms"] = {
-            "p50": round(statistics.median(timings), 2),
-            "p95": round(percentile(timings, 0.95), 2),
-            "n": len(timings),
-        }
+        report[f"{mode}_ms"] = percentiles(timings)
     return report
 
 
@@ -100,15 +89,8 @@ def main() -> int:
         embedding_backend=args.backend,
     )
     indexer = Indexer(settings)
-    report: dict[str, object] = {
-        "machine": {
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "cpus": os.cpu_count(),
-        },
-        "corpus": str(args.corpus),
-        "backend": args.backend,
-    }
+    emit_machine(corpus=str(args.corpus), backend=args.backend)
+    report: dict[str, object] = {}
     started = time.perf_counter()
     full = indexer.run([args.corpus])
     full_seconds = time.perf_counter() - started
@@ -122,9 +104,10 @@ def main() -> int:
 
     service = SearchService(settings)
     report["chunks"] = index_counts(service)["chunks"]
-    report.update(time_searches(service, ("lexical", "semantic", "hybrid"), args.rounds))
+    emit("index", **report)
+    for mode, timings in time_searches(service, MODES, args.rounds).items():
+        emit("search", mode=mode.removesuffix("_ms"), chunks=report["chunks"], ms=timings)
     service.close()
-    print(json.dumps(report, indent=2))
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

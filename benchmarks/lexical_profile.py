@@ -1,5 +1,5 @@
 """Where a lexical search's time goes at ~200k chunks: CPU time and SQLite VM steps of
-each statement kind a search runs, per query class (``scale_queries.py``'s labels).
+each statement kind a search runs, per query class (``benchmarks.scale_queries``'s labels).
 
 Runs ``lexical_search`` (default options) over the queries on one read-only connection
 whose statements are timed one by one (CPU time of this process, each statement run to
@@ -10,15 +10,12 @@ the rarer clauses' rows or over every match, the path and about probes, the rest
 reader does), else each search counts afresh; ``--pragma`` runs a PRAGMA on the
 connection first (e.g. ``mmap_size=1073741824``).
 
-    nice -n 10 .venv/bin/python benchmarks/lexical_profile.py --db /work/wt/lexical-data/index.db
+    nice -n 10 .venv/bin/python -m benchmarks.lexical_profile --db /work/wt/lexical-data/index.db
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sqlite3
 import statistics
 import sys
@@ -27,8 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from scale_queries import make_queries
-
+from benchmarks.harness import emit, machine
+from benchmarks.scale_queries import make_queries
 from rifflux.search.lexical import DEFAULT_OPTIONS, lexical_search
 from rifflux.store import fts
 from rifflux.store.fts import ClauseCounts
@@ -141,9 +138,7 @@ def main() -> int:
         per_label.setdefault(label, []).append(row)
     conn.close()
     report: dict[str, Any] = {
-        "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}",
-        "load": os.getloadavg(),
+        "machine": machine(),
         "db": str(args.db),
         "chunks": chunks,
         "kept_counts": args.kept_counts,
@@ -157,7 +152,7 @@ def main() -> int:
             "p50 total ms": round(statistics.median(r["total"] for r in rows), 2),
             **{f"mean {k}": round(sum(r.get(k, 0.0) for r in rows) / len(rows), 2) for k in keys},
         }
-    print(json.dumps(report, indent=2))
+    emit("lexical_profile", **report)
     return 0
 
 

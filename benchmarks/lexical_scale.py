@@ -1,16 +1,16 @@
 """Lexical search latency at ~200k chunks, in-process, with the FTS5 segment count.
 
-Generates the corpus with ``scale_corpus.py`` if ``WORKDIR/corpus`` is missing (25k files
+Generates the corpus with ``benchmarks.scale_corpus`` if ``WORKDIR/corpus`` is missing (25k files
 ≈ 200k chunks by default) and indexes it in-process with the hash embedder if
 ``WORKDIR/index.db`` is missing, then times ``SearchService.search(mode="lexical")``
 (query cache off) over realistic queries lifted from the indexed chunks: runs of 2–6
-consecutive words, some quoted as phrases (``scale_queries.py``). Each query is labelled
+consecutive words, some quoted as phrases (``benchmarks.scale_queries``). Each query is labelled
 by the rarest of its terms: ``rare`` (a term in under 0.1% of chunks), ``common`` (every
 term in 1% or more) or ``mid``; ``phrase`` for the quoted ones. Reports p50/p95/p99
 overall and per label, and the FTS5 segment count of ``chunks_fts``.
 
 ``--reference`` also times the same queries with every match scored
-(``LexicalOptions(bounded=False)``, the search before issue 22's bounds) and checks that
+(``LexicalOptions(bounded=False)``, no score bounds) and checks that
 both return the same rankings (ids and bm25() values).
 
 ``--fresh-counts`` also times the same queries with every search counting its clauses
@@ -21,26 +21,24 @@ process, and checks the rankings are the same.
 does now, rifflux.store.segments), reports what that cost and times the same queries
 again, and checks that every query returns the same ranking (ids and scores).
 
-    .venv/bin/python benchmarks/lexical_scale.py --workdir /work/bench-fts --optimize
+    .venv/bin/python -m benchmarks.lexical_scale --workdir /work/bench-fts --optimize
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import platform
 import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from scale_corpus import generate
-from scale_queries import make_queries, percentiles
-
 import rifflux
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine, percentiles
+from benchmarks.scale_corpus import generate
+from benchmarks.scale_queries import make_queries
 from rifflux.config import Settings
 from rifflux.errors import SearchTimeoutError
 from rifflux.index.indexer import Indexer
@@ -49,16 +47,6 @@ from rifflux.search.service import SearchService
 from rifflux.search.snapshot import IndexSnapshot
 from rifflux.store.fts import ClauseCounts
 from rifflux.store.segments import FTS5_TABLES, optimize, segment_count
-
-SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
-REPO_SOURCE = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "awesome-copilot"
-
-
-def default_source() -> Path:
-    for candidate in (SHARED_SOURCE, REPO_SOURCE):
-        if candidate.is_dir():
-            return candidate
-    return REPO_SOURCE
 
 
 def build(workdir: Path, files: int, source: Path, settings: Settings) -> dict[str, Any]:
@@ -137,7 +125,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/work/bench-fts"))
     parser.add_argument("--db", type=Path, help="index (default: WORKDIR/index.db)")
     parser.add_argument("--files", type=int, default=25_000)
-    parser.add_argument("--source", type=Path, default=default_source())
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=22)
@@ -159,8 +147,7 @@ def main() -> int:
     db = args.db or args.workdir / "index.db"
     settings = Settings.from_env().with_overrides(db_path=db)
     report: dict[str, Any] = {
-        "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}",
+        "machine": machine(),
         "db": str(db),
         "code": str(Path(rifflux.__file__).parent),
     }
@@ -180,7 +167,7 @@ def main() -> int:
     report["lexical_ms"], rankings = measure(settings, queries, args.rounds)
     if args.fresh_counts:
         report["same_rankings_as_fresh_counts"] = fresh == rankings
-    print(json.dumps(report, indent=2), flush=True)
+    emit("lexical_scale", **report)
     if args.reference:
         full = LexicalOptions(bounded=False)
         report["lexical_ms_full_scoring"], reference = measure(settings, queries, args.rounds, full)
@@ -188,7 +175,7 @@ def main() -> int:
         report["differing_queries"] = [
             query for (_, query), a, b in zip(queries, rankings, reference, strict=True) if a != b
         ]
-        print(json.dumps(report, indent=2), flush=True)
+        emit("lexical_scale", **report)
     if args.optimize:
         conn = sqlite3.connect(db)
         try:
@@ -204,7 +191,7 @@ def main() -> int:
         report["segments_after"] = segments(db)
         report["lexical_ms_after"], after = measure(settings, queries, args.rounds)
         report["same_rankings"] = after == rankings
-        print(json.dumps(report, indent=2))
+        emit("lexical_scale", **report)
     return 0
 
 

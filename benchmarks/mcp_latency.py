@@ -1,29 +1,28 @@
 """search_rifflux tool-call latency over stdio, per mode, through a real MCP session.
 
-Spawns ``rifflux serve`` (stdio) on an existing index and times complete tool calls
-(request → JSON result) from an ``mcp`` client. Build the index first, e.g.:
+Spawns ``rifflux serve`` (stdio) on an index and times complete tool calls (request →
+JSON result) from an ``mcp`` client. Without ``--db``, a hash index of ``--corpus``
+(default the vendored sample) is built first; on the whole corpus:
 
     .venv/bin/rifflux index --in-process ../shared/corpora/awesome-copilot --db /tmp/ac/index.db
-    .venv/bin/python benchmarks/mcp_latency.py --db /tmp/ac/index.db
+    .venv/bin/python -m benchmarks.mcp_latency --db /tmp/ac/index.db
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
-import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from index_and_search import QUERIES, percentile
+from benchmarks.harness import VENDORED_CORPUS, build_index, emit, emit_machine, percentiles
+from benchmarks.index_and_search import QUERIES
 
 
 async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:
@@ -47,27 +46,24 @@ async def measure(db: Path, backend: str, rounds: int) -> dict[str, object]:
                     )
                     timings.append((time.perf_counter() - t0) * 1000)
                     assert not result.is_error, result.content
-            results[mode] = {
-                "p50_ms": round(statistics.median(timings), 2),
-                "p95_ms": round(percentile(timings, 0.95), 2),
-                "n": len(timings),
-            }
+            results[mode] = percentiles(timings)
     return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, required=True, help="an existing index database")
+    parser.add_argument("--db", type=Path, help="an index (default: a hash index of --corpus)")
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument("--backend", default="auto", help="must match the index's embedder")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-        "db": str(args.db),
-        "transport": "stdio",
-        "modes": asyncio.run(measure(args.db, args.backend, args.rounds)),
-    }
-    print(json.dumps(report, indent=2))
+    with tempfile.TemporaryDirectory(prefix="rifflux-mcp-") as work:
+        if args.db is None:
+            args.backend = "hash"
+            args.db = build_index(args.corpus, Path(work) / "index.db")
+        emit_machine(db=str(args.db), backend=args.backend, transport="stdio")
+        for mode, ms in asyncio.run(measure(args.db, args.backend, args.rounds)).items():
+            emit("mcp_search", mode=mode, ms=ms)
     return 0
 
 

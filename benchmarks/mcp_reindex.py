@@ -14,9 +14,9 @@ Spawns ``rifflux serve`` (stdio) in a fresh directory with an empty index and ca
 ``--timeline`` runs the server and its workers at log level INFO and reports when each
 phase started and ended (seconds after the ``reindex`` call), from their log lines.
 
-    .venv/bin/python benchmarks/mcp_reindex.py --backend hash
-    .venv/bin/python benchmarks/mcp_reindex.py --backend hash --timeline
-    .venv/bin/python benchmarks/mcp_reindex.py --backend onnx --background
+    .venv/bin/python -m benchmarks.mcp_reindex --backend hash
+    .venv/bin/python -m benchmarks.mcp_reindex --backend hash --timeline
+    .venv/bin/python -m benchmarks.mcp_reindex --backend onnx --background
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -40,7 +39,8 @@ from typing import IO, Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.harness import DEFAULT_CORPUS, emit, emit_machine
+
 WORD = re.compile(r"[A-Za-z]{9,}")
 
 
@@ -285,19 +285,9 @@ def main() -> int:
         help="with --background: stop once every file is keyword-searchable",
     )
     args = parser.parse_args()
-    runs = [asyncio.run(run(args)) for _ in range(args.rounds)]
-    print(
-        json.dumps(
-            {
-                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-                "corpus": str(args.corpus),
-                "backend": args.backend,
-                "background": args.background,
-                "runs": runs,
-            },
-            indent=2,
-        )
-    )
+    emit_machine(corpus=str(args.corpus), backend=args.backend, background=args.background)
+    for n in range(args.rounds):
+        emit("mcp_reindex", round=n + 1, **asyncio.run(run(args)))
     return 0
 
 

@@ -11,7 +11,7 @@ initialised session) and the ``reindex`` call (``{"path": corpus}``, waiting),
 separately. Prints each turn, the medians and the ratio original ÷ ours of the median
 ``reindex`` calls.
 
-    nice -n 10 .venv/bin/python benchmarks/original_ratio.py --rounds 3
+    nice -n 10 .venv/bin/python -m benchmarks.original_ratio --rounds 3
 
 Only a ratio measured in the same run counts (``../shared/peers/README.md``).
 """
@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -35,9 +34,16 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-DEFAULT_CORPUS = SHARED / "corpora" / "awesome-copilot"
+from benchmarks.harness import (
+    DEFAULT_CORPUS,
+    REPO,
+    SHARED,
+    checkout_env,
+    checkout_python,
+    emit,
+    machine,
+)
+
 INSTALLER = SHARED / "peers" / "install-original.sh"
 
 
@@ -57,9 +63,8 @@ def server(which: str, args: argparse.Namespace, work: Path) -> StdioServerParam
         RIFFLUX_LOG_LEVEL="WARNING",
     )
     if which == "ours":
-        env.update(PYTHONPATH=str(args.repo), RIFFLUX_ALLOWED_ROOTS=str(args.corpus))
-        python = args.repo / ".venv" / "bin" / "python"
-        command = str(python) if python.exists() else sys.executable
+        env = checkout_env(args.repo, env, RIFFLUX_ALLOWED_ROOTS=str(args.corpus))
+        command = checkout_python(args.repo)
         argv = ["-m", "rifflux.mcp", "--transport", "stdio"]
         cwd = args.repo
     else:
@@ -128,7 +133,7 @@ def main() -> int:
         )
     ]
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "corpus": str(args.corpus),
         "ours": str(args.repo),
         "commit": subprocess.run(
@@ -142,7 +147,7 @@ def main() -> int:
         "ratio_per_round": pairs,
         "ratio_original_over_ours": round(medians["original"] / medians["ours"], 2),
     }
-    print(json.dumps(report, indent=2))
+    emit("original_ratio", **report)
     return 0
 
 

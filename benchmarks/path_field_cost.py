@@ -1,7 +1,7 @@
 """What the lexical path field costs: the writer, the index file, and searches while indexing.
 
-    python benchmarks/path_field_cost.py                       # whole awesome-copilot corpus
-    python benchmarks/path_field_cost.py --rounds 2 --edits 10
+    python -m benchmarks.path_field_cost                       # whole awesome-copilot corpus
+    python -m benchmarks.path_field_cost --rounds 2 --edits 10
 
 Uses only the public API (``Indexer``, ``SearchService``, ``LexicalOptions``), so the same
 command measures any commit: run it from a checkout of the code before and after a change
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -35,9 +34,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from awesome_copilot_quality import DEFAULT_CORPUS, DEFAULT_QUERIES, load_queries, sync_copy
-
 import rifflux
+from benchmarks.awesome_copilot_quality import (
+    DEFAULT_CORPUS,
+    DEFAULT_QUERIES,
+    load_queries,
+    sync_copy,
+)
+from benchmarks.harness import emit, emit_machine
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.search import lexical
@@ -168,7 +172,7 @@ def compare_joins(db: Path, queries: list[str], repeats: int = 4) -> None:
             statistics.median(times[(name, t)]) - statistics.median(times[("no bonus", t)])
             for t in queries
         )
-        print(f"join {name}: p50 {p50(all_ms)} ms, largest per-query increase {worst:.1f} ms")
+        emit("path_join", join=name, p50_ms=p50(all_ms), largest_increase_ms=round(worst, 1))
 
 
 def main() -> int:
@@ -184,12 +188,12 @@ def main() -> int:
     args = parser.parse_args()
     queries = [q.text for q in load_queries(args.queries)]
     files = sorted(p.relative_to(args.corpus).as_posix() for p in args.corpus.rglob("*.md"))
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
-        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}; "
-        f"rifflux from {Path(rifflux.__file__).parent}"
+    emit_machine(
+        rifflux=str(Path(rifflux.__file__).parent),
+        corpus=str(args.corpus),
+        files=len(files),
+        queries=len(queries),
     )
-    print(f"corpus: {args.corpus} ({len(files)} files), {len(queries)} queries")
     with tempfile.TemporaryDirectory(prefix="rifflux-pathcost-") as scratch:
         work = args.workdir or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
@@ -197,11 +201,9 @@ def main() -> int:
         shutil.rmtree(corpus_copy, ignore_errors=True)
         sync_copy(args.corpus, files, corpus_copy)
         for n in range(args.rounds):
-            load = " ".join(f"{x:.1f}" for x in os.getloadavg())
             row = one_round(corpus_copy, work, queries, args.edits)
-            print(f"round {n + 1} (load {load}): " + ", ".join(f"{k} {v}" for k, v in row.items()))
+            emit("path_field", round=n + 1, load_avg=os.getloadavg(), **row)
         if args.joins:
-            print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
             compare_joins(work / "index.db", queries)
     return 0
 

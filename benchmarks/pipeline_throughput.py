@@ -11,7 +11,7 @@
    write rows, embed, write vectors, finalize (model load included). Pipeline throughput
    = texts ÷ (submit → completed).
 
-    .venv/bin/python benchmarks/pipeline_throughput.py --files 150 --processes 2
+    .venv/bin/python -m benchmarks.pipeline_throughput --files 150 --processes 2
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -27,15 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus_sample import copy_files
-
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
 from rifflux.queue.client import IndexQueue
 from workers.launcher import launch_local_pool, onnx_threads_per_worker
-
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 
 RAW_WORKER = """
 import json, sys, time
@@ -116,22 +113,20 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     raw_rate, pipeline_rate = len(texts) / raw_s, len(texts) / pipeline_s
-    print(
-        json.dumps(
-            {
-                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-                "files": args.files,
-                "texts": len(texts),
-                "processes": args.processes,
-                "onnx_threads_per_process": threads,
-                "raw_s": round(raw_s, 2),
-                "raw_texts_per_s": round(raw_rate, 2),
-                "pipeline_s": round(pipeline_s, 2),
-                "pipeline_texts_per_s": round(pipeline_rate, 2),
-                "pipeline_over_raw": round(pipeline_rate / raw_rate, 3),
-            },
-            indent=2,
-        )
+    emit(
+        "pipeline_throughput",
+        **{
+            "machine": machine(),
+            "files": args.files,
+            "texts": len(texts),
+            "processes": args.processes,
+            "onnx_threads_per_process": threads,
+            "raw_s": round(raw_s, 2),
+            "raw_texts_per_s": round(raw_rate, 2),
+            "pipeline_s": round(pipeline_s, 2),
+            "pipeline_texts_per_s": round(pipeline_rate, 2),
+            "pipeline_over_raw": round(pipeline_rate / raw_rate, 3),
+        },
     )
     return 0
 

@@ -1,10 +1,10 @@
 """Peak RSS of each kind of Rifflux process at scale, each step in a fresh process.
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 25000 --workdir /work/scale \
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --files 25000 --workdir /work/scale \
         --vector-index exact --keep
-    nice -n 10 .venv/bin/python benchmarks/process_memory.py --workdir /work/scale --files 25000
+    nice -n 10 .venv/bin/python -m benchmarks.process_memory --workdir /work/scale --files 25000
 
-On the corpus and index a ``scale_run.py --keep`` left in ``--workdir``, runs each step
+On the corpus and index a ``benchmarks.scale_run --keep`` left in ``--workdir``, runs each step
 alone in a child process (``python -c``, so ``PYTHONPATH`` picks the code measured: run it
 again with ``PYTHONPATH=<an older checkout>`` for the before figures) and reports the
 child's peak RSS (``ru_maxrss``), its anonymous and file-backed RSS at the end (mapped
@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from benchmarks.harness import emit, machine
 
 PRELUDE = """
 import json, resource, sys, time
@@ -121,7 +122,7 @@ def main() -> int:
     corpus = args.workdir / f"corpus-{args.files}"
     index = args.workdir / f"index-{args.files}" / "index.db"
     report: dict[str, object] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "code": os.environ.get("PYTHONPATH", "this checkout"),
         "files": args.files,
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
@@ -142,7 +143,7 @@ def main() -> int:
             name = "plan" if step == "second_plan" else step
             report[step] = run_step(name, corpus, db, args.workdir)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(report, indent=2))
+    emit("process_memory", **report)
     return 0
 
 

@@ -1,6 +1,6 @@
 """The vector cache publish after one edited file, at a generated corpus's scale.
 
-Generates ``--files`` markdown files with ``scale_corpus.py`` (deterministic) unless the
+Generates ``--files`` markdown files with ``benchmarks.scale_corpus`` (deterministic) unless the
 work directory has them, indexes them in-process (hash embedder, ``--vector-index``,
 default exact), then ``--edits`` times: rewrites one file, re-indexes in-process with
 the indexer's own publish turned off, and times one :func:`~rifflux.vectors.publish.
@@ -8,7 +8,7 @@ publish` alone. Prints per edit the publish's seconds, its action, the rows it a
 removed, and the database rows it read (``rows_read``; a Rifflux whose
 ``PublishResult`` has no such field lists every vector row: printed as ``all``).
 
-    nice -n 10 .venv/bin/python benchmarks/publish_delta.py --files 10000 \
+    nice -n 10 .venv/bin/python -m benchmarks.publish_delta --files 10000 \
         --workdir /tmp/publish-delta
 
 The corpus and the index are kept in ``--workdir``, so a second run (another build of
@@ -24,24 +24,20 @@ them alone), with the FTS5 triggers off while it copies (a publish reads no FTS5
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sqlite3
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from scale_corpus import generate
-
 import rifflux.index.indexer as indexer_module
+from benchmarks.harness import DEFAULT_CORPUS, emit, emit_machine
+from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.store.connection import _split_sql
 from rifflux.store.schema import SCHEMA_SQL
 from rifflux.vectors.publish import publish
-
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 
 
 def replicate(db_path: Path, copies: int) -> int:
@@ -93,7 +89,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--edits", type=int, default=5)
     parser.add_argument("--vector-index", default="exact")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--replicate", type=int, default=1)
     args = parser.parse_args()
 
@@ -104,33 +100,33 @@ def main() -> int:
         embedding_backend="hash",
         vector_index=args.vector_index,
     )
-    print(
-        f"machine: {platform.node()} {os.cpu_count()} cpus, load {os.getloadavg()}; "
-        f"rifflux from {Path(indexer_module.__file__).parents[1]}"
-    )
+    emit_machine(files=args.files, rifflux=str(Path(indexer_module.__file__).parents[1]))
     if not corpus.exists():
         started = time.perf_counter()
         generate(corpus, args.files, 13, args.source)
-        print(f"generated {args.files} files in {time.perf_counter() - started:.1f} s")
+        emit("generate", files=args.files, seconds=round(time.perf_counter() - started, 1))
     if not settings.db_path.exists():
         started = time.perf_counter()
         report = Indexer(settings).run([corpus])
-        print(
-            f"indexed {report.files_indexed} files, {report.chunks_written} chunks in "
-            f"{time.perf_counter() - started:.1f} s"
+        emit(
+            "index",
+            files=report.files_indexed,
+            chunks=report.chunks_written,
+            seconds=round(time.perf_counter() - started, 1),
         )
         if args.replicate > 1:
             started = time.perf_counter()
             rows = replicate(settings.db_path, args.replicate)
-            print(
-                f"replicated {args.replicate}x: {rows} rows "
-                f"in {time.perf_counter() - started:.0f} s"
-            )
+            emit("replicate", copies=args.replicate, rows=rows)
     # Bring the cache to the index's state first (and, on an index written by an older
     # Rifflux, take its one full listing), so each edit's publish is its own.
     started = time.perf_counter()
     first = publish(settings.db_path, source="benchmark", vector_index=args.vector_index)
-    print(f"first publish: {first.action if first else None} {time.perf_counter() - started:.2f} s")
+    emit(
+        "first_publish",
+        action=first.action if first else None,
+        seconds=round(time.perf_counter() - started, 2),
+    )
 
     # The edits' publishes are timed alone: the indexer's own publish is turned off.
     indexer_module.publish_quietly = lambda *a, **k: None  # type: ignore[assignment]
@@ -146,14 +142,22 @@ def main() -> int:
         seconds.append(took)
         assert result is not None
         rows_read = getattr(result, "rows_read", None)
-        print(
-            f"edit {i}: {victim.relative_to(corpus)} publish {took:.3f} s, {result.action}, "
-            f"+{result.rows_added} -{result.rows_removed}, rows read "
-            f"{'all' if rows_read is None else rows_read} of {result.manifest.rows}"
+        emit(
+            "edit_publish",
+            file=str(victim.relative_to(corpus)),
+            seconds=round(took, 3),
+            action=result.action,
+            rows_added=result.rows_added,
+            rows_removed=result.rows_removed,
+            rows_read="all" if rows_read is None else rows_read,
+            rows=result.manifest.rows,
         )
-    print(
-        f"publish after one edit: median {statistics.median(seconds):.3f} s, "
-        f"min {min(seconds):.3f} s over {args.edits} edits; load {os.getloadavg()}"
+    emit(
+        "publish_after_one_edit",
+        rows=result.manifest.rows,
+        median_s=round(statistics.median(seconds), 3),
+        min_s=round(min(seconds), 3),
+        edits=args.edits,
     )
     return 0
 

@@ -1,6 +1,6 @@
 """Peak RSS and CPU time of a full vector-cache publish at scale, each in a fresh process.
 
-    nice -n 10 .venv/bin/python benchmarks/publish_memory.py --workdir /tmp/pubmem \
+    nice -n 10 .venv/bin/python -m benchmarks.publish_memory --workdir /tmp/pubmem \
         --rows 800000 --before /work/main
 
 Builds (once, kept in ``--workdir``) a real index of ``--rows`` chunk rows without
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sqlite3
 import subprocess
@@ -45,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import emit, emit_machine
 from rifflux.store.connection import _split_sql, open_index
 from rifflux.store.schema import SCHEMA_SQL
 
@@ -220,21 +220,17 @@ def main() -> int:
     parser.add_argument("--steps", nargs="*", default=["publish", "rewrite", "front"])
     args = parser.parse_args()
     db_path = args.workdir / f"index-{args.rows}" / "index.db"
-    print(
-        f"machine: {platform.node()} {os.cpu_count()} cpus, {platform.platform()}; "
-        f"load {os.getloadavg()}"
-    )
+    emit_machine(rows=args.rows, mode=args.mode, before=args.before)
     if not db_path.exists():
         started = time.perf_counter()
         build_index(db_path, args.rows)
-        print(f"built {db_path} ({args.rows} rows) in {time.perf_counter() - started:.0f} s")
+        emit("build", db=str(db_path), rows=args.rows, seconds=round(time.perf_counter() - started))
     versions = ([("before", args.before)] if args.before else []) + [("after", None)]
     for step in args.steps:
         for i in range(args.repeat):
             for name, path in versions:
                 result = run_child(db_path, args.mode, path, step)
-                print(f"{step} {name} #{i + 1} ({path or 'this checkout'}): {json.dumps(result)}")
-    print(f"load at end {os.getloadavg()}")
+                emit("publish_memory", step=step, side=name, round=i + 1, **result)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Resident memory a front process gains from the query cache: 1,000 distinct top_k 100
 searches on the vendored awesome-copilot corpus (hash embedder).
 
-    .venv/bin/python benchmarks/query_cache_memory.py
-    PYTHONPATH=<an older checkout> .venv/bin/python benchmarks/query_cache_memory.py
+    .venv/bin/python -m benchmarks.query_cache_memory
+    PYTHONPATH=<an older checkout> .venv/bin/python -m benchmarks.query_cache_memory
 
 Indexes tests/corpus/awesome-copilot into a temporary directory, then, in a fresh child
 process per cache setting (``python -c``, so ``PYTHONPATH`` picks the code measured), runs
@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CORPUS = REPO_ROOT / "tests" / "corpus" / "awesome-copilot"
+from benchmarks.harness import VENDORED_CORPUS as CORPUS
+from benchmarks.harness import emit, machine
 
 CHILD = """
 import json, re, sys
@@ -99,11 +98,11 @@ def main() -> int:
             line = {
                 "setting": name,
                 "code": os.environ.get("PYTHONPATH", "this checkout"),
-                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                "machine": machine(),
                 "searches": args.searches,
                 **result,
             }
-            print(json.dumps(line), flush=True)
+            emit("query_cache_memory", **line)
     return 0
 
 

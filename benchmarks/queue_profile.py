@@ -14,19 +14,17 @@ As the actors do (``workers.actors.inline_embedder``), the hash embedder runs in
 chunk step, which then writes the vectors too: the embed and write_vectors steps (and
 their messages) are left for ONNX.
 
-    .venv/bin/python benchmarks/queue_profile.py --backend hash
+    .venv/bin/python -m benchmarks.queue_profile --backend hash
 
 ``--keep-db PATH`` keeps a copy of the finished index (the steps run in one process, so
-two checkouts write the same rows in the same order: ``index_tables_diff.py`` compares
-them).
+two checkouts write the same rows in the same order, and their copies compare table by
+table).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sqlite3
 import sys
@@ -37,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from rifflux.config import Settings
 from rifflux.embed.factory import make_embedder
 from rifflux.index import pipeline
@@ -51,7 +50,6 @@ from rifflux.index.messages import (
 from rifflux.store import jobs
 from rifflux.store.connection import open_index
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 T = TypeVar("T")
 
 
@@ -148,12 +146,12 @@ def main() -> int:
     parser.add_argument("--keep-db", type=Path, help="copy the finished index to this file")
     args = parser.parse_args()
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "corpus": str(args.corpus),
         "backend": args.backend,
         **profile(args.corpus.resolve(), args.backend, args.keep_db),
     }
-    print(json.dumps(report, indent=2))
+    emit("queue_profile", **report)
     return 0
 
 

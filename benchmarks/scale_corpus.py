@@ -13,7 +13,7 @@ The same ``(files, seed, vocabulary)`` always gives byte-identical files: every 
 generated from its own ``random.Random(seed, index)``, so a file's text does not depend on
 how many files were generated before it and the corpus can be generated in parallel.
 
-    .venv/bin/python benchmarks/scale_corpus.py /work/scale-corpus --files 100000
+    .venv/bin/python -m benchmarks.scale_corpus /work/scale-corpus --files 100000
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.harness import DEFAULT_CORPUS, emit
+
 FILES_PER_FOLDER = 1_000
 WORD = re.compile(r"[A-Za-z][a-z]{1,15}")
 LANGUAGES = ("python", "bash", "json")
@@ -140,7 +141,7 @@ def file_path(dest: Path, index: int) -> Path:
     return dest / f"part-{index // FILES_PER_FOLDER:04d}" / f"doc-{index:06d}.md"
 
 
-def generate(dest: Path, files: int, seed: int = 13, source: Path = DEFAULT_SOURCE) -> int:
+def generate(dest: Path, files: int, seed: int = 13, source: Path = DEFAULT_CORPUS) -> int:
     """Write ``files`` documents under ``dest``; returns the bytes written."""
     vocab = Vocabulary.from_corpus(source)
     written = 0
@@ -160,13 +161,16 @@ def main() -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     args = parser.parse_args()
     started = time.perf_counter()
     size = generate(args.dest, args.files, args.seed, args.source)
-    print(
-        f"{args.files} files, {size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s "
-        f"under {args.dest}"
+    emit(
+        "scale_corpus",
+        files=args.files,
+        mb=round(size / 1e6, 1),
+        seconds=round(time.perf_counter() - started, 1),
+        dest=str(args.dest),
     )
     return 0
 

@@ -1,4 +1,4 @@
-"""The scale run through the real MCP server (``scale_run.py --mcp``): one command per size.
+"""The scale run through the real MCP server (``benchmarks.scale_run --mcp``): one command per size.
 
 Processes as ``make run`` starts them (the Procfile): ``rifflux worker`` (one supervised
 pool, ``--worker-processes``, default the CPU count) beside the MCP server, here over
@@ -6,11 +6,10 @@ stdio with a real ``mcp`` client session. Everything is measured through MCP too
 
 1. full index: ``reindex`` of the generated corpus on an empty index, waiting (the
    server waits an hour at most); ``--full-background``: ``background: true``, then
-   ``index_status`` every 0.5 s until the job ends (on main at accbdf8 that polling
-   crashed the server twice with SIGBUS in ``index_status``: BENCHMARKS.md);
+   ``index_status`` every 0.5 s until the job ends;
 2. idle search latency: ``search_rifflux`` p50/p95/p99 per mode (lexical, semantic,
    hybrid; query cache off) over realistic queries lifted from the index
-   (``scale_queries.py``: 2–6 words, rare, common and phrases);
+   (``benchmarks.scale_queries``: 2–6 words, rare, common and phrases);
 3. the same while a reindex of ``--edits`` changed files runs: that many files get a new
    paragraph, ``reindex`` with ``background: true``, then the queries in turn (modes in
    rotation) until ``index_status`` says the job is done;
@@ -35,7 +34,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import signal
 import sqlite3
@@ -49,19 +47,15 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from scale_corpus import Vocabulary, sentence
-from scale_queries import make_queries, percentiles
-from watch_first_edit import one_edit
+
+from benchmarks.harness import checkout_python, emit, machine, percentiles
+from benchmarks.scale_corpus import Vocabulary, sentence
+from benchmarks.scale_queries import make_queries
+from benchmarks.watch_first_edit import one_edit
 
 MODES = ("lexical", "semantic", "hybrid")
 SAMPLE_SECONDS = 0.5
 STATUS_EVERY_SECONDS = 2.0
-
-
-def repo_python(repo: Path) -> str:
-    """The checkout's own virtualenv Python when it has one (its dependencies), else this."""
-    python = repo / ".venv" / "bin" / "python"
-    return str(python) if python.exists() else sys.executable
 
 
 def subprocess_env(args: argparse.Namespace, db: Path) -> dict[str, str]:
@@ -129,7 +123,7 @@ class RssSampler(threading.Thread):
 
 def server_params(args: argparse.Namespace, env: dict[str, str], *extra: str) -> Any:
     return StdioServerParameters(
-        command=repo_python(args.repo),
+        command=checkout_python(args.repo),
         args=["-m", "rifflux.mcp", "--transport", "stdio", *extra],
         env=env,
         cwd=str(args.repo),
@@ -312,7 +306,7 @@ def database_bytes(db: Path, chunks: int, text_bytes: int) -> dict[str, Any]:
 
 def start_worker(args: argparse.Namespace, env: dict[str, str], log: Path) -> subprocess.Popen:
     """``rifflux worker`` as the Procfile starts it, its output to ``log``."""
-    command = [repo_python(args.repo), "-c", "from rifflux.cli import main; main()", "worker"]
+    command = [checkout_python(args.repo), "-c", "from rifflux.cli import main; main()", "worker"]
     if args.worker_processes:
         command += ["--processes", str(args.worker_processes)]
     with log.open("w") as out:
@@ -336,7 +330,7 @@ async def run(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[s
     env = subprocess_env(args, db)
     report: dict[str, Any] = {
         "repo": str(args.repo),
-        "python": repo_python(args.repo),
+        "python": checkout_python(args.repo),
         "commit": subprocess.run(
             ["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"],
             capture_output=True,
@@ -463,7 +457,7 @@ def markdown_rows(report: dict[str, Any]) -> str:
 
 def main_mcp(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[str, Any]:
     report: dict[str, Any] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "files": args.files,
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
@@ -471,6 +465,6 @@ def main_mcp(args: argparse.Namespace, corpus: Path, index_dir: Path) -> dict[st
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = args.out or args.workdir / f"scale-mcp-{args.files}.json"
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
-    print(markdown_rows(report))
+    emit("scale_mcp", **report)
+    print(markdown_rows(report), file=sys.stderr)  # the rows of a results table
     return report

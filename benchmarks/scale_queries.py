@@ -1,5 +1,5 @@
-"""Realistic search queries lifted from an index, and latency percentiles: shared by the
-scale benchmarks (``lexical_scale.py``, ``scale_run.py --mcp``).
+"""Realistic search queries lifted from an index: shared by the
+scale benchmarks (``benchmarks.lexical_scale``, ``benchmarks.scale_run --mcp``).
 
 A query is a run of 2–6 consecutive words of a random chunk of the index (lower-cased),
 20% of them quoted as phrases. Each is labelled by the rarest of its words: ``rare`` (a
@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
-import statistics
 
 WORD = re.compile(r"[A-Za-z]{2,}")
 PHRASE_SHARE = 0.2
@@ -53,20 +52,3 @@ def make_queries(conn: sqlite3.Connection, count: int, seed: int) -> list[tuple[
         label = "rare" if rarest < total / 1000 else "common" if rarest >= total / 100 else "mid"
         queries.append((label, text))
     return queries
-
-
-def percentiles(times: list[float]) -> dict[str, float]:
-    """n, p50, p95 and p99 (nearest rank) of ``times``, rounded to 0.01."""
-    if not times:
-        return {"n": 0}
-    ordered = sorted(times)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 2),
-        "p95": at(0.95),
-        "p99": at(0.99),
-    }

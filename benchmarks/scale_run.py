@@ -1,18 +1,18 @@
 """A scale run on a generated corpus: through the real MCP server (``--mcp``), or the queue.
 
-``--mcp`` (the issue-22 benchmark, ``scale_mcp.py``): the server and ``rifflux worker``
+``--mcp`` (the issue-22 benchmark, ``benchmarks.scale_mcp``): the server and ``rifflux worker``
 as ``make run`` starts them, a real MCP client over stdio; full index via ``reindex``,
 search p50/p95/p99 per mode idle and during a reindex of 1,000 changed files, one-edit
 freshness with the watcher on, peak RSS per process, database bytes per chunk. One
 command per size; ``--repo PATH`` runs another checkout (the "before"):
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 10000 --workdir W
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 100000 --workdir W
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --mcp --files 10000 --workdir W \
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --mcp --files 10000 --workdir W
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --mcp --files 100000 --workdir W
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --mcp --files 10000 --workdir W \
         --repo /work/main
 
 Without ``--mcp``, in-process: generates ``--files`` markdown files with
-``scale_corpus.py`` (deterministic), boots a local worker pool (``--processes``, as
+``benchmarks.scale_corpus`` (deterministic), boots a local worker pool (``--processes``, as
 ``rifflux index`` would), then measures:
 
 - the full index job (submit → completed), files/s, and each phase's span from the
@@ -25,7 +25,7 @@ Without ``--mcp``, in-process: generates ``--files`` markdown files with
 
 The generated corpus and the index are deleted at the end unless ``--keep``.
 
-    nice -n 10 .venv/bin/python benchmarks/scale_run.py --files 100000 --workdir /work/scale \
+    nice -n 10 .venv/bin/python -m benchmarks.scale_run --files 100000 --workdir /work/scale \
         --vector-index exact
 """
 
@@ -34,64 +34,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import shutil
 import statistics
 import sys
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from scale_corpus import Vocabulary, generate
-from scale_mcp import main_mcp
-
+from benchmarks.harness import DEFAULT_CORPUS, REPO, TreeSampler, emit, machine
+from benchmarks.scale_corpus import Vocabulary, generate
+from benchmarks.scale_mcp import main_mcp
 from rifflux.config import Settings
 from rifflux.queue.client import IndexQueue
 from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
-
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
-REPO = Path(__file__).resolve().parents[1]
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            out += [int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
-    except OSError:
-        pass
-    return out
-
-
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class RssSampler(threading.Thread):
-    """Peak RSS of every process below ``root`` (the pool and its workers)."""
-
-    def __init__(self, root: int) -> None:
-        super().__init__(daemon=True)
-        self.root = root
-        self.peaks: dict[int, int] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.5):
-            for pid in children(self.root):
-                for worker in [pid, *children(pid)]:
-                    self.peaks[worker] = max(self.peaks.get(worker, 0), rss_kib(worker, "VmHWM"))
 
 
 def dir_size(path: Path) -> int:
@@ -197,7 +156,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument(
         "--vector-index",
@@ -234,7 +193,7 @@ def main() -> int:
     if args.mcp:
         return run_mcp(args, corpus, index_dir)
     report: dict[str, Any] = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "files": args.files,
         "processes": args.processes,
     }
@@ -262,7 +221,7 @@ def main() -> int:
                 if time.monotonic() > deadline:
                     sys.exit("workers did not boot")
                 time.sleep(0.2)
-            sampler = RssSampler(pool.process.pid)
+            sampler = TreeSampler(pool.process.pid, include_root=False)
             sampler.start()
             since = time.time()
             full_s, record = run_job(queue, corpus)
@@ -285,10 +244,9 @@ def main() -> int:
             report["one_edited_file_s"] = round(edit_s, 2)
             report["one_edit_phases_s"] = phase_spans(pool.log_path, since)
             report["one_edit_publish"] = publish_events(pool.log_path, since)
-            sampler.stop.set()
-            sampler.join()
+            sampler.finish()
             report["worker_peak_rss_mib"] = sorted(
-                round(kib / 1024) for kib in sampler.peaks.values()
+                round(kib / 1024) for kib in sampler.peak_kib.values()
             )
         finally:
             queue.close()
@@ -306,7 +264,7 @@ def main() -> int:
             shutil.rmtree(corpus, ignore_errors=True)
             shutil.rmtree(index_dir, ignore_errors=True)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(report, indent=2))
+    emit("scale_run", **report)
     return 0
 
 

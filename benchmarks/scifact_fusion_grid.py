@@ -1,8 +1,8 @@
 """Fusion grids on SciFact train through the real search: minmax α and RRF weights.
 
-    python benchmarks/scifact_fusion_grid.py                 # both grids, top_k 100
-    python benchmarks/scifact_fusion_grid.py --top-k 10      # at the depth users search
-    python benchmarks/scifact_fusion_grid.py --only minmax-a0.6 rrf-w0.4-0.6
+    python -m benchmarks.scifact_fusion_grid                 # both grids, top_k 100
+    python -m benchmarks.scifact_fusion_grid --top-k 10      # at the depth users search
+    python -m benchmarks.scifact_fusion_grid --only minmax-a0.6 rrf-w0.4-0.6
 
 Every configuration is a set of ``search_rifflux`` options (``fusion``, ``alpha``,
 ``lexical_weight``, ``semantic_weight``) passed to the core's ``SearchService.search``,
@@ -16,22 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from scifact_lab import MemoEmbedder
-
+from benchmarks.harness import SCIFACT as DEFAULT_DATASET
+from benchmarks.harness import emit, emit_machine
+from benchmarks.scifact_lab import MemoEmbedder
 from rifflux.config import Settings
 from rifflux.eval import beir
 from rifflux.eval.runner import evaluate_search, judged_queries, prepare_index, service_search
 from rifflux.search.service import SearchService
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
 
 ALPHAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 WEIGHTS = (
@@ -77,13 +73,12 @@ def main() -> int:
     index = prepare_index(args.dataset, settings, progress_stream=sys.stderr)
     embedder = MemoEmbedder(index.embedder)
     service = SearchService(index.settings, embedder=embedder)  # type: ignore[arg-type]
-    print(
-        f"# {platform.node()} {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs (shared with other jobs), {args.dataset.name} "
-        f"{args.qrels}: {len(queries)} queries, top_k {args.top_k}, {index.report.embedding_model}"
-    )
-    print(
-        f"{'configuration':<20}{'nDCG@10':>9}{f'R@{args.top_k}':>9}{'MRR@10':>9}{'P@10':>9}{'ms/q':>8}"
+    emit_machine(
+        dataset=args.dataset.name,
+        qrels=args.qrels,
+        queries=len(queries),
+        top_k=args.top_k,
+        model=index.report.embedding_model,
     )
     results: dict[str, dict[str, float]] = {}
     try:
@@ -101,11 +96,7 @@ def main() -> int:
             )
             per_query = (time.perf_counter() - started) * 1000 / max(1, len(queries))
             results[name] = {**result.to_dict(args.top_k), "ms_per_query": round(per_query, 1)}
-            print(
-                f"{name:<20}{result.ndcg:>9.4f}{result.recall:>9.4f}{result.mrr:>9.4f}"
-                f"{result.precision:>9.4f}{per_query:>8.1f}",
-                flush=True,
-            )
+            emit("fusion", configuration=name, **results[name])
     finally:
         service.close()
     if args.json:

@@ -1,6 +1,6 @@
-"""Retrieval experiments on a cached eval index: the levers ``scifact_levers.py`` measures
-before any of them becomes a default. It lives beside that script, not in the package:
-nothing in ``rifflux`` uses it.
+"""Retrieval experiments on a cached eval index: a lever is measured here (the fusions of
+``benchmarks.scifact_fusion_grid``) before it becomes a default. It lives beside the
+benchmarks, not in the package: nothing in ``rifflux`` uses it.
 
 Every experiment runs the real search code with one thing changed, passed as a parameter,
 never patched on a module. bm25() column weights and query stop words are a

@@ -1,33 +1,29 @@
-"""Latency of the search options of issue 12 and of a query cache hit, on SciFact.
+"""Latency of the search options and of a query cache hit, on SciFact.
 
-    python benchmarks/search_options_latency.py [--queries 200]
+    python -m benchmarks.search_options_latency [--queries 200]
 
 Uses the cached SciFact eval index (``rifflux eval`` builds it; ONNX MiniLM-int8, 5,183
 files, 9,109 chunks). For each configuration, every query is searched once through
 ``SearchService.search_response`` (what the MCP tool and ``rifflux search --json`` call,
 top_k 10, hybrid) with the query cache off; "cache hit" repeats each query on a service
-whose cache holds it. Prints p50 / p95 milliseconds per configuration.
+whose cache holds it. Prints one JSON line per configuration (ms percentiles).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import SCIFACT as DEFAULT_DATASET
+from benchmarks.harness import emit, emit_machine, percentiles
 from rifflux.config import Settings
 from rifflux.eval import beir
 from rifflux.eval.runner import judged_queries, prepare_index
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "eval" / "scifact"
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "hybrid rrf (default)": {},
@@ -41,11 +37,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "modified_after 2000": {"modified_after": "2000-01-01"},
     'phrase "..."': {"phrase": True},
 }
-
-
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))]
 
 
 def main() -> int:
@@ -71,12 +62,13 @@ def main() -> int:
             index.settings.with_overrides(query_cache_size=0), embedder=index.embedder
         )
     cached = SearchService(index.settings, embedder=index.embedder)
-    print(
-        f"# {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs (shared with other "
-        f"jobs), SciFact index {index.report.files_scanned} files, {len(texts)} queries, "
-        f"top_k 10, {index.report.embedding_model}"
+    emit_machine(
+        dataset=str(args.dataset),
+        files=index.report.files_scanned,
+        queries=len(texts),
+        top_k=10,
+        model=index.report.embedding_model,
     )
-    print(f"{'configuration':<28}{'p50 ms':>9}{'p95 ms':>9}")
     try:
         for text in texts[:20]:  # Warm the model, the vector cache and SQLite's pages.
             uncached.search_response(SearchRequest(text))
@@ -96,8 +88,7 @@ def main() -> int:
                 started = time.perf_counter()
                 uncached.search_response(request)
                 samples.append((time.perf_counter() - started) * 1000)
-            p50, p95 = percentiles(samples)
-            print(f"{name:<28}{p50:>9.2f}{p95:>9.2f}", flush=True)
+            emit("search_option", option=name, ms=percentiles(samples))
         if args.baseline:
             return 0
         for text in texts:
@@ -107,9 +98,12 @@ def main() -> int:
             started = time.perf_counter()
             cached.search_response(SearchRequest(text))
             hits.append((time.perf_counter() - started) * 1000)
-        p50, p95 = percentiles(hits)
-        print(f"{'query cache hit':<28}{p50:>9.3f}{p95:>9.3f}")
-        print(f"# cache: {cached._query_cache.hits} hits, {cached._query_cache.misses} misses")
+        emit(
+            "query_cache_hit",
+            ms=percentiles(hits, digits=3),
+            hits=cached._query_cache.hits,
+            misses=cached._query_cache.misses,
+        )
     finally:
         uncached.close()
         cached.close()

@@ -1,6 +1,6 @@
 """What the served-paths check (allowed roots and deny list) adds to an MCP search.
 
-    .venv/bin/python benchmarks/served_check_cost.py [--corpus DIR] [--rounds 5]
+    .venv/bin/python -m benchmarks.served_check_cost [--corpus DIR] [--rounds 5]
 
 Builds a hash-embedded index of the corpus (default: the vendored awesome-copilot files
 in tests/corpus) in a temporary directory, then, with the query cache off, runs every
@@ -17,32 +17,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness import REPO, VENDORED_CORPUS, emit, emit_machine
 from rifflux.config import Settings
 from rifflux.index.allowed import real
 from rifflux.index.indexer import Indexer
+from rifflux.logs import configure_logging
 from rifflux.search.request import SearchRequest
 from rifflux.search.served import ServedPaths
 from rifflux.search.service import SearchService
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO / "tests" / "corpus" / "awesome-copilot"
 QUERIES = REPO / "benchmarks" / "awesome_copilot_queries.jsonl"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     queries = [json.loads(line)["query"] for line in QUERIES.read_text().splitlines() if line]
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    configure_logging("WARNING")
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.from_env(
             {
@@ -53,7 +51,7 @@ def main() -> None:
             }
         )
         report = Indexer(settings).run([args.corpus])
-        print(f"corpus: {args.corpus} ({report.files_indexed} files), {len(queries)} queries")
+        emit_machine(corpus=str(args.corpus), files=report.files_indexed, queries=len(queries))
         service = SearchService(settings)
         served = ServedPaths((real(args.corpus),))
         try:
@@ -93,7 +91,7 @@ def measure(
         "median_extra_ms": round(statistics.median(extra), 3),
         "searches": len(without),
     }
-    print(json.dumps(row))
+    emit("served_check_cost", **row)
 
 
 if __name__ == "__main__":

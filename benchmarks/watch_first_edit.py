@@ -19,9 +19,9 @@ the same instant as the server (or ``--worker-after`` seconds later); the report
 says whether the server started a local pool, whether it gave way
 (``reindex.local_pool_yields``) and how long it lived.
 
-    .venv/bin/python benchmarks/watch_first_edit.py
-    .venv/bin/python benchmarks/watch_first_edit.py --repo /work/main   # the code before
-    .venv/bin/python benchmarks/watch_first_edit.py --beside-worker [--worker-after 2]
+    .venv/bin/python -m benchmarks.watch_first_edit
+    .venv/bin/python -m benchmarks.watch_first_edit --repo /work/main   # the code before
+    .venv/bin/python -m benchmarks.watch_first_edit --beside-worker [--worker-after 2]
 """
 
 from __future__ import annotations
@@ -44,21 +44,19 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO / "tests" / "corpus" / "awesome-copilot"
+from benchmarks.harness import REPO, VENDORED_CORPUS, checkout_env, emit
+
 POLL_SECONDS = 0.05
 
 
 def server_env(repo: Path, db: Path, root: Path, backend: str = "hash") -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
-    env.update(
+    return checkout_env(
+        repo,
         RIFFLUX_DB_PATH=str(db),
         RIFFLUX_EMBEDDING_BACKEND=backend,
         RIFFLUX_BASE_DIR=str(root),
         RIFFLUX_LOG_LEVEL="INFO",
-        PYTHONPATH=str(repo),
     )
-    return env
 
 
 def start_worker(env: dict[str, str], root: Path) -> subprocess.Popen[bytes]:
@@ -233,7 +231,7 @@ def report(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO, help="the Rifflux checkout to run")
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=VENDORED_CORPUS)
     parser.add_argument(
         "--backend",
         choices=["hash", "onnx"],
@@ -256,7 +254,7 @@ def main() -> int:
         help="with --beside-worker: start it this many seconds after the server",
     )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args)), indent=2))
+    emit("watch_first_edit", **asyncio.run(run(args)))
     return 0
 
 

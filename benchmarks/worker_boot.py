@@ -16,59 +16,41 @@ is measured for each mode. Every run gets a fresh directory and index, its queue
 created first (as the front process creates it before it starts a pool), and the hash
 embedder (the ONNX model is loaded on the first embed message, not at boot).
 
-    nice -n 5 .venv/bin/python benchmarks/worker_boot.py --rounds 5 --repo /work/main
+    nice -n 5 .venv/bin/python -m benchmarks.worker_boot --rounds 5 --repo /work/main
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-TICKS = os.sysconf("SC_CLK_TCK")
+from benchmarks.harness import (
+    REPO,
+    checkout_env,
+    checkout_python,
+    cpu_seconds,
+    descendants,
+    emit,
+    emit_machine,
+)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a live process, all its threads."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def children_of(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def environment(repo: Path, work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
-    env.update(
-        PYTHONPATH=str(repo),
+def boot_env(repo: Path, work: Path) -> dict[str, str]:
+    return checkout_env(
+        repo,
         RIFFLUX_DB_PATH=str(work / "index.db"),
         RIFFLUX_EMBEDDING_BACKEND="hash",
         RIFFLUX_LOG_LEVEL="WARNING",
     )
-    return env
-
-
-def python_of(repo: Path) -> str:
-    python = repo / ".venv" / "bin" / "python"
-    return str(python) if python.exists() else sys.executable
 
 
 PREPARE = """
@@ -85,15 +67,15 @@ broker.close()
 def prepare(repo: Path, env: Mapping[str, str]) -> None:
     """Create the queue file and its tables as the front process does before it starts a
     pool (it enqueues the job and looks for live workers first); not timed."""
-    subprocess.run([python_of(repo), "-c", PREPARE], env=env, cwd=repo, check=True)
+    subprocess.run([checkout_python(repo), "-c", PREPARE], env=env, cwd=repo, check=True)
 
 
 def child_round(repo: Path, processes: int, idle: float) -> dict[str, float]:
     """Spawn ``processes`` children at once; CPU and wall of each to its ready byte."""
     work = Path(tempfile.mkdtemp(prefix="rifflux-boot-child-"))
-    env = environment(repo, work)
+    env = boot_env(repo, work)
     prepare(repo, env)
-    command = [python_of(repo), "-m", "workers.child", "--actors", "workers.actors"]
+    command = [checkout_python(repo), "-m", "workers.child", "--actors", "workers.actors"]
     started: list[tuple[subprocess.Popen[bytes], int, float]] = []
     try:
         for _ in range(processes):
@@ -145,9 +127,9 @@ def heartbeats(queue_db: Path) -> int:
 def pool_round(repo: Path, processes: int, idle: float) -> dict[str, float]:
     """Spawn the pool; CPU of the arbiter and its children when all N have a heartbeat."""
     work = Path(tempfile.mkdtemp(prefix="rifflux-boot-pool-"))
-    env = environment(repo, work)
+    env = boot_env(repo, work)
     prepare(repo, env)
-    command = [python_of(repo), "-m", "workers.pool", "--processes", str(processes)]
+    command = [checkout_python(repo), "-m", "workers.pool", "--processes", str(processes)]
     t0 = time.perf_counter()
     process = subprocess.Popen(command, env=env, cwd=repo, stdin=subprocess.DEVNULL)
     try:
@@ -156,7 +138,7 @@ def pool_round(repo: Path, processes: int, idle: float) -> dict[str, float]:
                 raise RuntimeError(f"the pool exited with {process.returncode}")
             time.sleep(0.005)
         wall = time.perf_counter() - t0
-        pids = [process.pid, *children_of(process.pid)]
+        pids = [process.pid, *descendants(process.pid)]
         arbiter = cpu_seconds(process.pid)
         at_ready = sum(cpu_seconds(pid) for pid in pids)
         time.sleep(idle)
@@ -179,10 +161,12 @@ def stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
-def describe(values: Mapping[str, list[float]]) -> str:
-    return ", ".join(
-        f"{key} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for key, v in values.items()
-    )
+def describe(values: Mapping[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Median, min and max of each figure over the rounds."""
+    return {
+        key: {"median": round(statistics.median(v), 3), "min": min(v), "max": max(v)}
+        for key, v in values.items()
+    }
 
 
 def main() -> None:
@@ -194,9 +178,7 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, action="append", default=[], help="another checkout")
     args = parser.parse_args()
     checkouts = [REPO, *(r.resolve() for r in args.repo)]
-    print(f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"load at start: {os.getloadavg()}")
-    print(f"processes {args.processes}, rounds {args.rounds}, idle {args.idle_seconds} s")
+    emit_machine(processes=args.processes, rounds=args.rounds, idle_seconds=args.idle_seconds)
     rounds = {"child": child_round, "pool": pool_round}
     results: dict[tuple[str, Path], dict[str, list[float]]] = {}
     for n in range(args.rounds):
@@ -207,12 +189,11 @@ def main() -> None:
                 row = results.setdefault((mode, repo), {})
                 for key, value in figures.items():
                     row.setdefault(key, []).append(value)
-                shown = " ".join(f"{k}={v:.3f}" for k, v in figures.items())
-                print(f"round {n + 1} {mode:5} {repo}: {shown}", flush=True)
-    print(f"load at end: {os.getloadavg()}")
-    print("medians (min-max), seconds; cpu: per child; cpu_all: every process")
+                rounded = {k: round(v, 3) for k, v in figures.items()}
+                emit("boot_round", mode=mode, repo=str(repo), round=n + 1, seconds=rounded)
+    # Seconds, median and range; cpu: per child, cpu_all: every process.
     for (mode, repo), values in results.items():
-        print(f"{mode:5} {repo}: {describe(values)}")
+        emit("worker_boot", mode=mode, repo=str(repo), seconds=describe(values))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Peak RSS of ONNX worker processes during a real queue job, and embedder throughput.
 
-    .venv/bin/python benchmarks/worker_memory.py              # first 600 files, 2 workers
-    .venv/bin/python benchmarks/worker_memory.py --files 100  # a quick iteration
+    .venv/bin/python -m benchmarks.worker_memory              # first 600 files, 2 workers
+    .venv/bin/python -m benchmarks.worker_memory --files 100  # a quick iteration
 
 Copies the first ``--files`` markdown files (sorted paths) of the awesome-copilot corpus
 into a temporary directory and then measures two things:
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import signal
@@ -41,64 +40,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from corpus_sample import copy_files
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import (
+    DEFAULT_CORPUS,
+    REPO,
+    command_line,
+    cpu_seconds,
+    descendants,
+    emit,
+    machine,
+    status_kib,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (children of all its threads, recursively)."""
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                text = Path(f"/proc/{parent}/task/{task}/children").read_text()
-            except OSError:
-                continue
-            for child in map(int, text.split()):
-                found.append(child)
-                stack.append(child)
-    return found
-
-
-def status_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of ``pid`` in KiB (empty if it is gone)."""
-    values: dict[str, int] = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0])
-    except OSError:
-        return {}
-    return values
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of ``pid`` (its own, not its children's)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def command_line(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
 @dataclass
@@ -126,9 +80,9 @@ class Sampler:
         with self._lock:
             for pid in descendants(self.root):
                 status = status_kib(pid)
-                cpu = cpu_seconds(pid)
-                if not status or cpu is None:
+                if not status:
                     continue
+                cpu = cpu_seconds(pid)
                 track = self.tracks.get(pid)
                 if track is None:
                     track = self.tracks[pid] = ProcessTrack(pid, command_line(pid))
@@ -288,9 +242,9 @@ def embed_in_process(corpus: Path, threads: int) -> dict[str, Any]:
 
 def run_in_process(corpus: Path, threads: int) -> dict[str, Any]:
     """Run :func:`embed_in_process` in a child process, so its peak RSS is its own."""
-    command = [sys.executable, __file__, "--inprocess-child", str(corpus)]
+    command = [sys.executable, "-m", "benchmarks.worker_memory", "--inprocess-child", str(corpus)]
     command += ["--threads", str(threads)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -318,7 +272,6 @@ def main() -> int:
         print(json.dumps(embed_in_process(args.inprocess_child, threads)))
         return 0
 
-    import numpy
     import onnxruntime
 
     from rifflux.logs import configure_logging
@@ -332,13 +285,7 @@ def main() -> int:
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     report: dict[str, Any] = {
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "onnxruntime": onnxruntime.__version__,
-            "numpy": numpy.__version__,
-        },
+        "machine": {**machine(), "onnxruntime": onnxruntime.__version__},
         "commit": git.stdout.strip(),
         "corpus": f"{args.corpus} (first {count} .md files)",
         "settings": {k: v for k, v in os.environ.items() if k.startswith("RIFFLUX_")},
@@ -352,7 +299,7 @@ def main() -> int:
             report["inprocess"] = run_in_process(sample, threads)
     finally:
         shutil.rmtree(sample.parent, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    emit("worker_memory", **report)
     return 0
 
 

@@ -3,15 +3,13 @@
 For each topology, indexes the same files into a fresh index with real ``dramatiq``
 worker processes on the SQLite broker and reports wall time and chunks/s.
 
-    .venv/bin/python benchmarks/worker_topology.py --files 150 --topologies 1x2 2x1
+    .venv/bin/python -m benchmarks.worker_topology --files 150 --topologies 1x2 2x1
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -20,10 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus_sample import copy_files
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "awesome-copilot"
+from benchmarks.corpus_sample import copy_files
+from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 
 
 def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
@@ -82,13 +78,13 @@ def main() -> int:
     sample = Path(tempfile.mkdtemp(prefix="rifflux-topology-corpus-")) / "corpus"
     count = copy_files(args.corpus, sample, args.files)
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "corpus": f"{args.corpus} (first {count} .md files)",
         "backend": args.backend,
         "runs": [run(t, sample, args.backend) for t in args.topologies],
     }
     shutil.rmtree(sample.parent, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    emit("worker_topology", **report)
     return 0
 
 

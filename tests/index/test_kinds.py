@@ -1,8 +1,8 @@
 """The document kind rules, table-driven over the written corpus ``tests/corpus/knowledge``.
 
 ``expected.json`` holds each file's judged kind, its error sections (by heading path) and a
-decision's fields; ``benchmarks/knowledge_kinds.py`` reports the same comparison as
-precision and recall per kind (BENCHMARKS.md).
+decision's fields; ``knowledge_corpus.evaluate`` scores the same comparison as precision
+and recall per kind.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from knowledge_kinds import CORPUS, DECISION_FIELDS, detect, evaluate, load_expected
+from knowledge_corpus import CORPUS, DECISION_FIELDS, detect, evaluate, load_expected
 
 from rifflux.index.changes import FileWork
 from rifflux.index.kinds import canonical_status, signature_in

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from knowledge_kinds import CORPUS, detect
+from knowledge_corpus import CORPUS, detect
 from rifflux_testing import make_settings
 
 from rifflux.embed.hashing import HashEmbedder

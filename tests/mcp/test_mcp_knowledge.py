@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowledge_kinds import CORPUS, load_expected
+from knowledge_corpus import CORPUS, load_expected
 from mcp import ClientSession
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowledge_kinds import CORPUS, load_expected
+from knowledge_corpus import CORPUS, load_expected
 from rifflux_testing import make_settings
 
 from rifflux.cli import build_parser

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scifact_lab import (
+
+from benchmarks.scifact_lab import (
     Feedback,
     Lab,
     MemoEmbedder,
@@ -15,7 +16,6 @@ from scifact_lab import (
     score_fuse,
     zscore,
 )
-
 from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.eval.runner import prepare_index

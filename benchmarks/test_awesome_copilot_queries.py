@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from awesome_copilot_quality import (
+
+from benchmarks.awesome_copilot_quality import (
     DEFAULT_QUERIES,
     SPLITS,
     corpus_files,
@@ -13,9 +14,7 @@ from awesome_copilot_quality import (
     paragraph_chunks,
     subset_files,
 )
-from rifflux_testing import SHARED
-
-CORPUS = SHARED / "corpora" / "awesome-copilot"
+from benchmarks.harness import SHARED_CORPUS as CORPUS
 
 
 def test_query_set_has_sixty_queries_in_two_fixed_halves() -> None:

@@ -1,39 +1,27 @@
-"""Precision and recall of the document kind rules (rifflux/index/kinds.py) on a judged corpus.
+"""The judged knowledge corpus ``tests/corpus/knowledge`` and the scoring of the document
+kind rules on it.
 
-    python benchmarks/knowledge_kinds.py                      # tests/corpus/knowledge
-    python benchmarks/knowledge_kinds.py --corpus DIR --survey # kinds found in any corpus
-
-The judged corpus is ``tests/corpus/knowledge`` with ``expected.json`` (a kind per file,
-the heading paths of its error-solution sections, a decision's status and date). Each
-file goes through the indexer's own ``chunk_file`` (front matter split, chunking, kinds),
-and the detected kinds are scored per kind at file level (precision, recall), error
-sections at section level (by heading path), and decision fields by exact match. The
-``heldout/`` files were written and judged after the rules were fixed on the others, so
-both halves are reported.
-
-``--survey`` runs the rules over another corpus (no judgements) and lists the files found
-to be decisions or error pages, with their error signatures, to be read by a person.
+``expected.json`` holds each file's judged kind, the heading paths of its error-solution
+sections and a decision's status and date. ``detect`` runs a file through the indexer's
+own ``chunk_file`` (front matter, chunking, kinds); ``evaluate`` scores the detected kinds
+per kind at file level (precision, recall), error sections by heading path, and decision
+fields by exact match. The ``heldout/`` files were written and judged after the rules
+were fixed on the others.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
-from rifflux.index.kinds import KNOWLEDGE_VERSION
 from rifflux.index.prepare import chunk_file
 from rifflux.store.rows import KINDS, FileKnowledge
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CORPUS = REPO_ROOT / "tests" / "corpus" / "knowledge"
-HELDOUT = "heldout/"
+CORPUS = Path(__file__).resolve().parent / "corpus" / "knowledge"
 DECISION_FIELDS = ("status", "date", "decision_type")
 
 
@@ -113,55 +101,3 @@ def evaluate(root: Path, expected: dict[str, dict[str, object]], paths: Iterable
                 else:
                     report.mistakes.append(f"{path}: {name} {value!r}, expected {judged[name]!r}")
     return report
-
-
-def print_report(title: str, report: Report) -> None:
-    print(f"\n## {title} ({report.files} files)")
-    print("| kind | precision | recall | files |")
-    print("|---|---|---|---|")
-    for kind, score in report.kinds.items():
-        print(f"| {kind} | {score.precision:.3f} | {score.recall:.3f} | {score.wanted} |")
-    sections = report.sections
-    print(
-        f"| error sections | {sections.precision:.3f} | {sections.recall:.3f} | {sections.wanted} |"
-    )
-    print(f"decision fields right: {report.fields_right}/{report.fields_judged}")
-    for mistake in report.mistakes:
-        print(f"  - {mistake}")
-
-
-def survey(root: Path) -> None:
-    counts: Counter[str] = Counter()
-    for file in sorted(root.rglob("*")):
-        if not file.is_file() or file.suffix.lower() not in (".md", ".markdown", ".mdx", ".txt"):
-            continue
-        rel = file.relative_to(root).as_posix()
-        found = detect(root, rel)
-        counts[found.kind] += 1
-        if found.kind != "note":
-            print(f"{found.kind:8} {rel} {found.status}")
-            for pair in found.errors:
-                print(f"           {pair.signature[:100]}")
-    print(dict(counts))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, default=CORPUS)
-    parser.add_argument("--survey", action="store_true", help="list what the rules find")
-    args = parser.parse_args(argv)
-    print(f"rules: rifflux.index.kinds version {KNOWLEDGE_VERSION}; corpus: {args.corpus}")
-    if args.survey:
-        survey(args.corpus)
-        return 0
-    expected = load_expected(args.corpus)
-    tuned = [p for p in expected if not p.startswith(HELDOUT)]
-    heldout = [p for p in expected if p.startswith(HELDOUT)]
-    print_report("written with the rules", evaluate(args.corpus, expected, tuned))
-    print_report("held out", evaluate(args.corpus, expected, heldout))
-    print_report("all", evaluate(args.corpus, expected, expected))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
