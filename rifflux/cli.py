@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rifflux.config import Settings, command_settings
+from rifflux.config import Settings, command_settings, ignored_variables
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
@@ -647,6 +647,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         explicit = "RIFFLUX_LOG_LEVEL" in os.environ
         debug = explicit and settings.log_level == "DEBUG"
         configure_logging(settings.log_level if explicit else "WARNING", style="console")
+        for name in ignored_variables(os.environ):
+            _say(f"rifflux: warning: {name} is no longer read (a fixed tuning value)", sys.stderr)
         if not debug:
             # pika logs each failed connection attempt with a traceback; the failure
             # itself reaches the user as one line (_describe_failure).

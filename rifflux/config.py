@@ -602,6 +602,25 @@ def command_settings(args: object) -> Settings:
     return settings if isinstance(settings, Settings) else Settings.from_env()
 
 
+RETIRED = (
+    "EMBEDDING_DIM",
+    "EMBED_BATCH_SIZE",
+    "EMBED_TOKEN_BUDGET",
+    "CANDIDATE_MULTIPLIER",
+    "QUERY_CACHE_TTL_SECONDS",
+    "LEXICAL_THREADS",
+    "EMBED_NICE",
+    "FILE_WATCHER_DEBOUNCE_MS",
+    "AUTO_REINDEX_MIN_INTERVAL_SECONDS",
+)
+"""Variables that were settings and are now tuning constants: set, they are ignored."""
+
+
+def ignored_variables(env: Mapping[str, str]) -> list[str]:
+    """The :data:`RETIRED` variables ``env`` sets, for a warning."""
+    return [PREFIX + name for name in RETIRED if PREFIX + name in env]
+
+
 def refuse_misspelled(env: Mapping[str, str]) -> None:
     """One line naming the right spelling of a ``RIFLUX_*`` (one F) variable, if one is set."""
     for key in sorted(k for k in env if k.startswith(MISSPELLED_PREFIX)):

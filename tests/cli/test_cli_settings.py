@@ -75,3 +75,11 @@ def test_a_command_reads_the_environment_once(
     argv = [*command, str(db)] if "--db" in command else list(command)
     assert cli.main(argv) == 0, capsys.readouterr()
     assert len(reads) == 1
+
+
+def test_a_retired_tuning_variable_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    result = rifflux(tmp_path, "settings", RIFFLUX_EMBED_NICE="3")
+    assert result.returncode == 0
+    assert result.stderr == (
+        "rifflux: warning: RIFFLUX_EMBED_NICE is no longer read (a fixed tuning value)\n"
+    )
