@@ -9,7 +9,8 @@ Invariants a reader may rely on:
 * A row marked ``internal`` is tuning that tests and benchmarks set through the environment
   of the processes they start; it is listed apart from the user settings.
 * Fields of :class:`Settings` without a row are tuning constants (defaults below): code,
-  tests and benchmarks pass other values as fields, no environment variable sets them.
+  tests and benchmarks pass other values as fields, no environment variable sets them
+  (one that used to, :data:`RETIRED`, is ignored; the CLI warns).
 * A process reads its environment once (``rifflux.cli.main`` hands its one
   :class:`Settings` to every command). The ``RIFLUX_`` (one F) spelling is refused with
   one line naming the right one.
