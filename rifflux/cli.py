@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rifflux.config import Settings
+from rifflux.config import Settings, command_settings, ignored_variables
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common_db(cancel)
     cancel.set_defaults(handler=cmd_cancel)
 
+    shown = sub.add_parser("settings", help="list every setting: value, default and meaning")
+    shown.add_argument("--json", action="store_true", help="print a JSON list")
+    shown.add_argument(
+        "--all", action="store_true", help="also the internal tuning tests and benchmarks set"
+    )
+    shown.set_defaults(handler=cmd_settings)
+
     add_serve_parser(sub)
     add_mcp_config_parser(sub)
     add_eval_parser(sub)
@@ -149,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env().with_overrides(db_path=getattr(args, "db", None))
+    return command_settings(args).with_overrides(db_path=getattr(args, "db", None))
 
 
 def _print_json(data: Any) -> None:
@@ -567,6 +574,25 @@ def _cache_line(cache: dict[str, Any]) -> str:
     return line
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Each setting's variable, current value, default and help (``rifflux.config.SETTINGS``)."""
+    from rifflux.config import describe
+
+    rows = describe(command_settings(args), include_internal=args.all)
+    if args.json:
+        _print_json(rows)
+        return 0
+    for row in rows:
+        _say(f"{row['name']}={row['value']}  (default: {_plain(row['default'])})")
+        _say(f"    {_plain(row['help'])}")
+    return 0
+
+
+def _plain(markdown: str) -> str:
+    """A README cell as terminal text: no backticks or bold marks."""
+    return markdown.replace("`", "").replace("**", "")
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Batches not yet written are dropped; batches already written stay in the index."""
     from rifflux.store.connection import open_index
@@ -615,11 +641,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     debug = False
     try:
-        settings = Settings.from_env()
+        # The environment is read here, once; every command works with this object.
+        settings = args.settings = Settings.from_env()
         # The CLI talks to people: only warnings unless a level was asked for.
-        explicit = any(k in os.environ for k in ("RIFFLUX_LOG_LEVEL", "RIFLUX_LOG_LEVEL"))
+        explicit = "RIFFLUX_LOG_LEVEL" in os.environ
         debug = explicit and settings.log_level == "DEBUG"
         configure_logging(settings.log_level if explicit else "WARNING", style="console")
+        for name in ignored_variables(os.environ):
+            _say(f"rifflux: warning: {name} is no longer read (a fixed tuning value)", sys.stderr)
         if not debug:
             # pika logs each failed connection attempt with a traceback; the failure
             # itself reaches the user as one line (_describe_failure).
@@ -654,7 +683,7 @@ def _describe_failure(exc: Exception, args: argparse.Namespace, debug: bool) -> 
     from rifflux.queue.brokers import broker_unavailable, is_broker_error
     from rifflux.store.connection import database_failure
 
-    settings = Settings.from_env().with_overrides(db_path=getattr(args, "db", None))
+    settings = _settings(args)
     known = database_failure(settings.db_path, exc) if isinstance(exc, sqlite3.Error) else None
     if known is not None:
         return str(known)

@@ -203,7 +203,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--actors", default="workers.actors")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lexical-threads", type=int, default=0)
-    # RIFFLUX_EMBED_NICE: embedding saturates every core it gets; at the same priority,
+    # rifflux.config.EMBED_NICE: embedding saturates every core it gets; at the same priority,
     # chunking and writing keyword-searchable rows got a share of the CPU and lexical
     # search of a fresh corpus waited 2.3x longer (BENCHMARKS.md, issue 13).
     parser.add_argument("--embed-nice", type=int, default=0)

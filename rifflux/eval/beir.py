@@ -169,13 +169,13 @@ def cache_key(dataset_dir: Path, settings: Settings) -> str:
     return digest.hexdigest()[:16]
 
 
-def default_cache_root() -> Path:
-    raw = os.environ.get(CACHE_ENV, "").strip()
-    return Path(raw).expanduser() if raw else DEFAULT_CACHE_ROOT.expanduser()
+def default_cache_root(settings: Settings) -> Path:
+    """``RIFFLUX_EVAL_CACHE_DIR``, else :data:`DEFAULT_CACHE_ROOT`."""
+    return settings.eval_cache_dir or DEFAULT_CACHE_ROOT.expanduser()
 
 
 def cache_dir_for(dataset_dir: Path, settings: Settings, cache_root: Path | None = None) -> Path:
-    root = cache_root if cache_root is not None else default_cache_root()
+    root = cache_root if cache_root is not None else default_cache_root(settings)
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", dataset_dir.resolve().name) or "dataset"
     return root / f"{name}-{cache_key(dataset_dir, settings)}"
 

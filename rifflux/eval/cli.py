@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rifflux.config import Settings
+from rifflux.config import command_settings
 from rifflux.errors import InvalidQueryError
 from rifflux.eval import beir
 from rifflux.eval.runner import CUTOFF, EvalReport, run_eval
@@ -102,7 +102,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = run_eval(
         dataset_dir,
         beir.resolve_qrels(dataset_dir, args.qrels),
-        settings=Settings.from_env(),
+        settings=command_settings(args),
         modes=parse_modes(args.modes),
         top_k=args.top_k,
         cache_root=args.cache_dir,

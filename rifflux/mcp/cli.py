@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rifflux.config import MAX_PORT, Settings
+from rifflux.config import MAX_PORT, command_settings
 from rifflux.errors import ConfigError
 from rifflux.logs import configure_logging
 
@@ -85,7 +85,7 @@ def add_mcp_config_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_mcp_config(args: argparse.Namespace) -> int:
     from rifflux.mcp.host_config import render, roots_warning
 
-    settings = Settings.from_env().with_overrides(db_path=args.db)
+    settings = command_settings(args).with_overrides(db_path=args.db)
     print(render(args.host, settings.db_path))
     warning = roots_warning(settings.db_path)
     if warning is not None:
@@ -100,7 +100,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be from 1 to {MAX_PORT} (got {args.port})")
     if args.http_workers is not None and args.http_workers < 1:
         raise ConfigError(f"--http-workers must be 1 or more (got {args.http_workers})")
-    settings = Settings.from_env().with_overrides(db_path=args.db, http_workers=args.http_workers)
+    settings = command_settings(args).with_overrides(
+        db_path=args.db, http_workers=args.http_workers
+    )
     configure_logging(settings.log_level, style="json")
     run_server(
         settings,

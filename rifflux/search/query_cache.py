@@ -4,7 +4,7 @@ Invariants:
 
 * LRU bounded twice, per process: at most ``RIFFLUX_QUERY_CACHE_SIZE`` entries (default
   1,000; 0 turns the cache off) holding at most ``RIFFLUX_QUERY_CACHE_MAX_MB`` MiB
-  (default 32), each entry living ``RIFFLUX_QUERY_CACHE_TTL_SECONDS`` (default 300 s,
+  (default 32), each entry living ``rifflux.config.QUERY_CACHE_TTL_SECONDS`` (300 s,
   the spec's 5 minutes). An entry is stored as its response's compact ASCII JSON, one
   ``str``: its size, counted with its key's ``repr``, is what the entry holds in memory
   (``sys.getsizeof``), so the byte bound bounds memory, not a guess; a hit decodes a

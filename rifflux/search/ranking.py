@@ -5,7 +5,7 @@ Results follow one contract in every mode: exactly ``chunk_id``, ``path``,
 
 One search, in order (issue 12): filters pick the admitted chunks (``filters.py``; none:
 every chunk); each side takes its candidates among them (``candidate_k``, default
-``top_k × RIFFLUX_CANDIDATE_MULTIPLIER``, 80 for minmax; never fewer than ``top_k``);
+``top_k × rifflux.config.CANDIDATE_MULTIPLIER``, 80 for minmax; never fewer than ``top_k``);
 ``min_cosine`` drops weak semantic candidates; the sides are fused (RRF with this call's
 weights, minmax or maxnorm with its α); chunks holding every quoted phrase move ahead
 (lexical and hybrid); ``group_by="file"`` keeps each file's best chunk (searching deeper

@@ -35,6 +35,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any, Literal, cast
 
+from rifflux.config import CANDIDATE_MULTIPLIER
 from rifflux.errors import InvalidQueryError
 from rifflux.index.frontmatter import normalize_tag
 from rifflux.search.globs import check_glob
@@ -458,7 +459,7 @@ class SearchRequest:
             check=check_candidate_k,
             from_text=as_integer,
             metavar="N",
-            default_text="80 for minmax, top_k x RIFFLUX_CANDIDATE_MULTIPLIER otherwise",
+            default_text=f"80 for minmax, top_k x {CANDIDATE_MULTIPLIER} otherwise",
         ),
     )
     group_by: GroupBy = field(
