@@ -4,7 +4,7 @@ Every rule that decides a kind lives here, as pure functions of a file's path, f
 matter and body; ``tests/index/test_kinds.py`` runs them over the written corpus
 ``tests/corpus/knowledge`` (ADRs in the MADR and Nygard formats, troubleshooting pages in
 the styles of real projects' docs, and notes that look like neither), and
-``benchmarks/knowledge_kinds.py`` reports their precision and recall per kind.
+``tests/knowledge_corpus.py`` scores their precision and recall per kind.
 
 Rules, in order:
 
