@@ -114,8 +114,9 @@ def write_docs(root: Path, docs: dict[str, str] = DOCS) -> None:
         target.write_text(text, encoding="utf-8")
 
 
-def build_tree(root: Path) -> IndexedTree:
-    write_docs(root)
+def build_tree(root: Path, docs: dict[str, str] = DOCS) -> IndexedTree:
+    """``docs`` written under ``root`` and indexed in-process."""
+    write_docs(root, docs)
     tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
     Indexer(tree.settings()).run([root])
     return tree

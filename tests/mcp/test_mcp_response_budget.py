@@ -14,12 +14,12 @@ from mcp.types import CallToolResult
 from mcp_support import (  # noqa: F401  (fixtures)
     IndexedTree,
     anyio_backend_fixture,
+    build_tree,
     call_error,
     stdio_session,
     write_docs,
 )
 
-from rifflux.index.indexer import Indexer
 from rifflux.search.budget import estimate_tokens
 
 pytestmark = pytest.mark.anyio
@@ -43,13 +43,9 @@ def note(file: int, paragraphs: int = 5) -> str:
 def tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
     """120 notes of five sections (a top_k 100 search of "common" is ~40k tokens) and
     one long file (~80k tokens)."""
-    root = tmp_path_factory.mktemp("answers") / "work"
     docs = {f"notes/note{i:03d}.md": note(i) for i in range(120)}
     docs["long/manual.md"] = note(999, paragraphs=300)
-    write_docs(root, docs)
-    built = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
-    Indexer(built.settings()).run([root])
-    return built
+    return build_tree(tmp_path_factory.mktemp("answers") / "work", docs)
 
 
 @pytest.fixture(scope="module")

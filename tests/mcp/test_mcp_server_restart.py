@@ -50,25 +50,39 @@ def start_server(tree: IndexedTree, log: Path, *args: str) -> tuple[subprocess.P
     return proc, port
 
 
-async def test_a_killed_server_leaves_no_pool_and_its_restart_finishes_the_job(
+def server_indexing_80_files(
     tmp_path: Path,
-) -> None:
+) -> tuple[IndexedTree, Path, subprocess.Popen[bytes], IndexQueue]:
+    """A server started with ``--reindex-on-start`` over 80 corpus files (its embeds held
+    at the gate), its log and a queue client on its index."""
     root = tmp_path / "work"
     copy_corpus(root / "docs", limit=80)
     tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
-    settings = tree.settings()
     log = tmp_path / "server.log"
     server, _ = start_server(tree, log, "--reindex-on-start", "docs")
-    queue = IndexQueue(settings)
+    return tree, log, server, IndexQueue(tree.settings())
+
+
+def embedding_job(queue: IndexQueue, tmp_path: Path) -> str:
+    """The id of the server's reindex-on-start job, once a worker has tried to embed."""
+    wait_until(lambda: queue.db_path.exists(), timeout=30)
+    job_id: str = queue.status()["recent_jobs"][0]["job_id"]
+    attempts = tmp_path / "embed-attempts"
+    wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1, timeout=120)
+    return job_id
+
+
+async def test_a_killed_server_leaves_no_pool_and_its_restart_finishes_the_job(
+    tmp_path: Path,
+) -> None:
+    tree, log, server, queue = server_indexing_80_files(tmp_path)
+    root, settings = tree.root, tree.settings()
     try:
-        wait_until(lambda: settings.db_path.exists(), timeout=30)
-        job_id = queue.status()["recent_jobs"][0]["job_id"]
+        job_id = embedding_job(queue, tmp_path)
 
         def job() -> JobRecord:
-            return queue.job(job_id) or JobRecord("", [], {}, "")
+            return job_of(queue, job_id)
 
-        attempts = tmp_path / "embed-attempts"
-        wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1, timeout=120)
         assert not job().finished
         pools = children_of(server.pid)
         workers = [pid for pool in pools for pid in children_of(pool)]
@@ -115,18 +129,10 @@ def kill_at_once(pids: list[int]) -> None:
 async def test_a_server_killed_with_its_pool_and_workers_is_finished_by_an_immediate_restart(
     tmp_path: Path,
 ) -> None:
-    root = tmp_path / "work"
-    copy_corpus(root / "docs", limit=80)
-    tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
-    settings = tree.settings()
-    log = tmp_path / "server.log"
-    server, _ = start_server(tree, log, "--reindex-on-start", "docs")
-    queue = IndexQueue(settings)
+    tree, log, server, queue = server_indexing_80_files(tmp_path)
+    root, settings = tree.root, tree.settings()
     try:
-        wait_until(lambda: settings.db_path.exists(), timeout=30)
-        job_id = queue.status()["recent_jobs"][0]["job_id"]
-        attempts = tmp_path / "embed-attempts"
-        wait_until(lambda: attempts.exists() and attempts.read_text().count("\n") >= 1, timeout=120)
+        job_id = embedding_job(queue, tmp_path)
         pools = children_of(server.pid)
         workers = [pid for pool in pools for pid in children_of(pool)]
         assert pools and workers
