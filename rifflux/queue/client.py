@@ -28,7 +28,7 @@ import dramatiq
 import structlog
 
 from rifflux.config import Settings
-from rifflux.errors import IndexWriteError, RiffluxError
+from rifflux.errors import IndexWriteError, JobStalled, JobTimeout, RiffluxError
 from rifflux.index.jobspec import JobSpec
 from rifflux.index.scan import require_roots, scope_in_roots
 from rifflux.queue import names, stall
@@ -61,14 +61,6 @@ SUBMIT_LOCK_SECONDS = 10.0
 FAULT_PROBE_IDLE_SECONDS = 3.0
 
 ProgressCallback = Callable[[jobs.JobRecord], None]
-
-
-class JobTimeout(RiffluxError):
-    """A job did not finish within the time the caller was willing to wait."""
-
-
-class JobStalled(RiffluxError):
-    """A job has pending work that no live worker can take (see :mod:`stall`)."""
 
 
 class PoolHandle(Protocol):

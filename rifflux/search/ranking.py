@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError
+from rifflux.errors import CacheCorrupt, EmbeddingModelMismatch, InvalidQueryError
 from rifflux.search.deadline import Deadline
 from rifflux.search.filters import admitted_rows
 from rifflux.search.fusion import (
@@ -59,7 +59,6 @@ from rifflux.search.snapshot import IndexSnapshot
 from rifflux.store.fts import LexicalHit
 from rifflux.store.reader import IndexReader
 from rifflux.vectors.cache import SemanticHit
-from rifflux.vectors.segments import CacheCorrupt
 
 REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also republishes it)"
 

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from rifflux.errors import CacheCorrupt, CacheUnusable
 from rifflux.store.connection import transaction
 from rifflux.store.reader import IndexReader, get_metadata
 from rifflux.vectors.hnsw import DEFAULT_EF, search_verdict
@@ -67,8 +68,6 @@ from rifflux.vectors.scan import Candidate, search_segments
 from rifflux.vectors.segments import (
     META_IDENT,
     META_ROWID,
-    CacheCorrupt,
-    CacheUnusable,
     Manifest,
     Segment,
     StatKey,

@@ -94,6 +94,7 @@ import numpy as np
 import structlog
 
 from rifflux.config import Settings
+from rifflux.errors import CacheCorrupt, CacheUnusable
 from rifflux.store import changes
 from rifflux.store.connection import (
     INDEX_UID_KEY,
@@ -113,8 +114,6 @@ from rifflux.vectors.segments import (
     META_PATH,
     META_ROWID,
     TMP_PREFIX,
-    CacheCorrupt,
-    CacheUnusable,
     Manifest,
     Segment,
     SegmentRef,

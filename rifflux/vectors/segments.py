@@ -86,6 +86,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import structlog
 
+from rifflux.errors import CacheCorrupt, CacheUnusable
 from rifflux.vectors.hnsw import (
     DEFAULT_EF,
     SAMPLE_ROWS,
@@ -122,15 +123,6 @@ WRITE_BLOCK_BYTES = 1 << 20
 META_ROWID, META_IDENT, META_PATH, META_INDEX, META_SQNORM = range(5)
 META_COLUMNS = 5
 OLD_META_COLUMNS = 4
-
-
-class CacheUnusable(Exception):
-    """The cache cannot be used as it is (e.g. a format this version does not read)."""
-
-
-class CacheCorrupt(CacheUnusable):
-    """The cache is damaged: a file does not match its checksum, its row count or the
-    database's rows. The message is the reason, fit to show a user."""
 
 
 def format_is_current(fmt: int) -> bool:
