@@ -477,6 +477,6 @@ def _still_current(
 ) -> Callable[[Candidate], bool]:
     """A predicate: does the candidate's chunk row still exist, unchanged, with a vector?"""
     ids = sorted({c.row_id for c in candidates})
-    rows = IndexReader(conn).vector_rows_of_rowids(ids, model)
+    rows = IndexReader(conn).vector_rows(model, None, ids)
     current = {int(r[0]): row_ident(r[0], r[1], r[2], r[3]) for r in rows}
     return lambda c: current.get(c.row_id) == c.ident

@@ -235,7 +235,7 @@ def changed_rows(
     them that have a ``model`` vector now, sorted by (path, chunk_index) (call inside the
     read transaction)."""
     changed = np.unique(np.fromiter(changes.changed_rowids(conn, since), dtype=np.int64))
-    rows = IndexReader(conn).vector_rows_at(changed.tolist(), model, dim)
+    rows = IndexReader(conn).vector_rows(model, dim, changed.tolist())
     return changed, _db_rows(generation, model, dim, rows)
 
 
