@@ -8,7 +8,7 @@ embedding_backend, vector_cache: {state, generation, segments, rows, tombstones,
 broker, live_workers: {count, workers: [...]}, queue_depths, recent_jobs: [{...,
 phase, phases}], watcher, knowledge}``
 
-``knowledge`` (issue 23) is the knowledge bases' sizes (rifflux.store.knowledge.summary:
+``knowledge`` is the knowledge bases' sizes (rifflux.store.knowledge.summary:
 decisions by status, error pairs, notes, tags with counts, chunks by kind); MCP
 ``context_stats`` (CODITECT's name) answers the index's counts, coverage and the same
 block, without the queue (:func:`context_stats`).

@@ -6,7 +6,7 @@ text when it is top-level), code or a table. markdown-it-py's block parser gives
 that, but it builds a full token stream (a Token object and a content string per block,
 up to eleven rule calls and a log call per line) and was ~90 % of chunking: 2.7 of 3.0
 CPU-seconds for awesome-copilot's 1,727 files. This scan takes 0.48 s of the 0.75 s the
-chunker now needs (BENCHMARKS.md, "A faster block scan (issue 13)").
+chunker needs with it.
 
 This module re-implements markdown-it's block algorithm for the ``commonmark`` preset with
 tables enabled and ``reference`` disabled (the chunker's parser) and emits only what the

@@ -41,8 +41,8 @@ from rifflux.store.lock_holders import describe_process, index_locked, write_loc
 log = structlog.get_logger(__name__)
 
 # How often waiting front processes re-read a job's row: one primary-key read, so a
-# short interval costs nothing measurable and a job that took ~5 s is not reported
-# up to a quarter of a second late (it was 0.25 s).
+# short interval costs nothing measurable, and a job of ~5 s is reported at most 50 ms
+# late.
 JOB_POLL_SECONDS = 0.05
 # A pool started for a stalled job gets at least this long to boot before the job can
 # be declared stalled again (a crash-looping pool exits sooner, which ends the wait).

@@ -1,6 +1,6 @@
 """The knowledge tools' searches: decisions and error-solution pairs, ranked by hybrid search.
 
-CODITECT (issue 23) answers ``search_decisions`` and ``search_errors`` from knowledge
+CODITECT answers ``search_decisions`` and ``search_errors`` from knowledge
 bases in a database; here the knowledge is the markdown itself, detected at index time
 (rifflux.index.kinds, stored by rifflux.store.knowledge), and the ranking is the one
 search of ``search_rifflux``:

@@ -3,7 +3,7 @@
 Results follow one contract in every mode: exactly ``chunk_id``, ``path``,
 ``heading_path``, ``chunk_index``, ``content`` and a mode-specific ``score_breakdown``.
 
-One search, in order (issue 12): filters pick the admitted chunks (``filters.py``; none:
+One search, in order: filters pick the admitted chunks (``filters.py``; none:
 every chunk); each side takes its candidates among them (``candidate_k``, default
 ``top_k × RIFFLUX_CANDIDATE_MULTIPLIER``, 80 for minmax; never fewer than ``top_k``);
 ``min_cosine`` drops weak semantic candidates; the sides are fused (RRF with this call's

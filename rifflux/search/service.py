@@ -3,35 +3,17 @@
 It owns what outlives one call: the settings, one read-only connection per thread (with
 the clause row counts its lexical searches keep, rifflux.store.fts), the query embedder
 (built on first use), the vector cache and the query cache. Each call takes an
-:class:`~rifflux.search.snapshot.IndexSnapshot` (this thread's connection with the
-rest) and delegates: ranking to ``ranking.py``, chunk and file retrieval to
-``retrieval.py``; the index's status and checks are ``rifflux.status``'s.
+:class:`~rifflux.search.snapshot.IndexSnapshot` and delegates: ranking to ``ranking.py``,
+chunk and file retrieval to ``retrieval.py``.
 
-Arguments arrive as a :class:`~rifflux.search.request.SearchRequest`, already validated
-(``search_response``); ``search``, the in-process ranking the evaluation calls with
-depths beyond ``MAX_TOP_K``, checks its arguments with the same functions and messages.
-``search_response`` answers repeated requests from the query cache (``query_cache.py``)
-while the index state is unchanged. An MCP call passes its
-:class:`~rifflux.search.served.ServedPaths`: results then hold only files it may return,
-filtered before truncation to ``top_k`` (``ranking.py``), and a cached answer is keyed by
-it and served only while every file in it still passes. A corrupt vector cache makes
-semantic and hybrid searches answer with lexical results, and the response gains a
-``warning`` naming the damage and the repair (``ranking.py``). A semantic or hybrid
-search over an index where some chunks have no vector yet (a job's embed phase, an
-index built without vectors) gains ``embedding_coverage`` (the share of chunks with one,
-below 1) and a ``warning`` saying what that means for its results. Otherwise the
-response has neither key.
-
-Every search (``search_response``, ``search``, a knowledge tool's ranking) runs under a
-:class:`~rifflux.search.deadline.Deadline` of ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` (from
-:meth:`SearchService.deadline`): SQLite work past it is interrupted and the Python steps
-check it between pieces, so a call fails with one line
-(:class:`~rifflux.errors.SearchTimeoutError`) instead of holding its thread, and the
-thread's connection serves the next search.
-
-A search never writes its database: connections are read-only (``mode=ro``), an absent
-index is reported ("no index at PATH; ...") instead of created, and a damaged one reads
-as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``DatabaseError``.
+Invariants: arguments arrive as a validated :class:`~rifflux.search.request.SearchRequest`
+(``search`` checks its own with the same functions); a cached answer is served only
+while the index state (generation, uid, file stat keys) is the one it was computed at,
+and with :class:`~rifflux.search.served.ServedPaths` only while every file in it still
+passes; every search runs under a :class:`~rifflux.search.deadline.Deadline`; a search
+never writes its database (read-only connections; an absent index is reported, not
+created), and SQLite damage reads as one line (:func:`damage_reported`). The response's
+``warning`` and ``embedding_coverage`` keys: docs/mcp.md.
 """
 
 from __future__ import annotations

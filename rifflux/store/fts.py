@@ -17,7 +17,7 @@ Invariants:
   lookup would run the whole MATCH once per listed rowid (measured on SciFact, 2,661
   admitted rowids: 610 ms with ``rowid IN``, 3 ms with ``+rowid IN``, the MATCH alone
   2 ms).
-* Lexical search by bounds (issue 22, :class:`_Bounded`, MaxScore over FTS5): given the
+* Lexical search by bounds (:class:`_Bounded`, MaxScore over FTS5): given the
   OR-ed clauses of the MATCH, each clause adds less than idf × (k1 + 1) to any row's
   bm25() (FTS5's formula, fts5_aux.c; idf from FTS5's own row count and the clause's
   row count). The ranked SQL is first run restricted (``+rowid IN`` a MATCH of the
@@ -34,7 +34,7 @@ Invariants:
   The restricted SQL still walks every posting of the full MATCH (FTS5 filters
   ``+rowid`` after its iterator, and computes idf by a pass over each clause's
   postings); what it saves is bm25() and the path join for every row but the
-  candidates (BENCHMARKS.md, "Lexical search by bounds (issue 22)").
+  candidates (docs/architecture.md, "A query").
 * A search builds nothing: ``files_fts``, ``chunks_about`` and ``chunks_cjk`` are the
   writer's, kept by triggers; an index without one (written before it existed) is asked
   the SQL of before (:func:`any_path_matches`, :func:`any_about_matches`).
@@ -152,7 +152,7 @@ _TOP_WITH_PATH_SQL = (
 # bonus, ``a`` holds every about match (few: one row per file at most) with its bonus
 # alone, and the union keeps each chunk's lowest. Exact: a first chunk whose text matches
 # but falls outside ``t1`` scores worse than ``t1``'s last row with the bonus, so worse
-# still without it. Only ``a`` is new work; the text matches are ranked as before.
+# still without it. Only ``a`` is extra work; the text matches are ranked as without it.
 # Binds [the path MATCH,] the about MATCH and ``where`` values, the chunk MATCH and
 # ``where`` values, then the limit twice.
 _ABOUT_CTES = (
@@ -178,7 +178,7 @@ _ABOUT_TOP = (
 # LEFT JOIN, but as one sort of both lists grouped by id. The LEFT JOIN scanned every about
 # match for every text match (SQLite built no index on the materialized CTE): at ~200k
 # generated chunks with front matter, 3.5–19 s for queries of common words, against tens
-# of milliseconds now (BENCHMARKS.md, issue 22).
+# of milliseconds this way.
 _WITH_ABOUT_BONUS = (
     "SELECT id, max(s) + coalesce(max(b), 0.0) AS score FROM ("
     "SELECT id, score AS s, NULL AS b FROM {rows} UNION ALL SELECT id, NULL, score FROM {bonus}"
