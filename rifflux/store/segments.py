@@ -24,15 +24,10 @@ Invariants:
 * The segment count comes from FTS5's own structure record (one row of ``<table>_data``),
   so deciding costs one row read per table.
 * A transaction of a job that will be optimized anyway may write with automerge off
-  (:func:`merges_deferred`): automerge folds each new segment level by level (work
-  proportional to what a transaction writes times the levels), and ``'optimize'``
-  rewrites it all once more at the end, so a full awesome-copilot job merged its
-  postings ~3 times inside its write transactions (the lock both workers queue on) for
-  nothing. The setting is changed and restored inside that transaction (a crash rolls
-  both back), and the transaction leaves :data:`MERGE_PENDING_KEY` in
-  ``index_metadata``: the next :func:`merge_after_job` optimizes whatever its own
-  policy says, then clears it, so segments left by a job that never finalized are merged
-  by the next one.
+  (:func:`merges_deferred`), changed and restored inside that transaction, which leaves
+  :data:`MERGE_PENDING_KEY` in ``index_metadata``; the next :func:`merge_after_job`
+  optimizes and clears it, so a job that never finalized is merged by the next one
+  (why: docs/architecture.md, "Storage").
 """
 
 from __future__ import annotations
