@@ -29,8 +29,9 @@ from rifflux.eval.cli import add_eval_parser
 from rifflux.logs import configure_logging
 from rifflux.mcp.cli import add_mcp_config_parser, add_serve_parser
 from rifflux.progress import PhaseProgress
+from rifflux.search import retrieval
 from rifflux.search.request import SearchRequest, add_request_arguments, as_integer
-from rifflux.search.service import SearchService
+from rifflux.search.service import SearchService, damage_reported
 from rifflux.status import check_index, index_status
 
 if TYPE_CHECKING:
@@ -384,7 +385,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         response = service.search_response(SearchRequest.from_arguments(vars(args)))
         short_ids = None
         if not args.json:
-            short_ids = service.short_chunk_ids([r["chunk_id"] for r in response["results"]])
+            ids = [r["chunk_id"] for r in response["results"]]
+            with damage_reported(service.db_path):
+                short_ids = retrieval.short_chunk_ids(service.connection(), ids)
     finally:
         service.close()
     if args.json:
@@ -399,7 +402,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_get_chunk(args: argparse.Namespace) -> int:
     service = SearchService(_settings(args))
     try:
-        chunk_id = service.resolve_chunk_id(args.chunk_id)
+        with damage_reported(service.db_path):
+            chunk_id = retrieval.resolve_chunk_id(service.connection(), args.chunk_id)
         _print_json(service.chunk_with_neighbors(chunk_id, args.neighbors))
     finally:
         service.close()

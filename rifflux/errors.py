@@ -1,4 +1,39 @@
-"""Errors that reach a user. Each message says what was wrong and what to do."""
+"""Every error Rifflux raises on purpose, in one tree. Each message says what was wrong
+and what to do; each class says whether a retry can help (``retryable``).
+
+Exception
+├── RiffluxError                     an error fit to show a user as one line
+│   ├── ConfigError                  a setting cannot be used
+│   ├── InvalidQueryError            a search argument is out of range (also a ValueError)
+│   ├── RootNotFoundError            a path to index does not exist
+│   ├── NotFoundError                a chunk or file is not in the index
+│   │   └── IndexMissingError        no index database at all
+│   ├── PathNotAllowedError          a path outside the allowed roots
+│   │   ├── NoAllowedRootsError      no allowed root at all
+│   │   └── SecretPathError          a path on the built-in deny list
+│   ├── SchemaVersionError           the index has another schema version
+│   ├── EmbeddingModelMismatch       the index was embedded with another model
+│   ├── NotAnIndexError              the database is not a Rifflux index
+│   ├── IndexDamagedError            SQLite finds the index malformed
+│   ├── IndexFolderNotWritableError  SQLite cannot create -wal/-shm files
+│   ├── DiskFullError                a read failed on a full disk
+│   ├── IndexWriteError              a write fault (disk full, read-only, I/O error)
+│   ├── IndexLockedError *           another connection holds the write lock
+│   ├── SearchTimeoutError *         a search ran past its deadline
+│   ├── BrokerUnavailableError *     the message broker cannot be reached
+│   ├── MessageVersionError          a queue message of another kind or version
+│   ├── JobTimeout *                 a job did not finish in the time waited
+│   └── JobStalled *                 a job has work no live worker can take
+└── CacheUnusable                    the vector cache cannot be used as it is
+    └── CacheCorrupt                 the vector cache is damaged
+
+(* ``retryable``: the same call may succeed later, unchanged.) The others are
+permanent: they stay until a person changes the request, the settings, the disk or
+the index. ``CacheUnusable`` is no ``RiffluxError``: the search falls back to
+lexical results or the publisher rebuilds the cache, so it never reaches a user as
+such. Dramatiq actors fail a message at once on a permanent error
+(:func:`permanent_errors`, ``workers.actors``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +42,9 @@ import errno
 
 class RiffluxError(Exception):
     """Base class: an error whose message is fit to show a user as one line."""
+
+    retryable: bool = False
+    """Whether the same call may succeed if tried again later, unchanged."""
 
 
 class ConfigError(RiffluxError):
@@ -61,6 +99,8 @@ class SecretPathError(PathNotAllowedError):
 class BrokerUnavailableError(RiffluxError):
     """The message broker could not be reached or refused the connection."""
 
+    retryable = True
+
 
 class MessageVersionError(RiffluxError):
     """A queue message of another kind or Rifflux version than this worker reads."""
@@ -75,9 +115,13 @@ class IndexLockedError(RiffluxError):
     """Another connection held the index's write lock for longer than a front-side write
     waits (a job's submission); the message names the holder where this host can see it."""
 
+    retryable = True
+
 
 class SearchTimeoutError(RiffluxError):
     """A search ran past ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` and was stopped."""
+
+    retryable = True
 
 
 class DiskFullError(RiffluxError):
@@ -87,6 +131,48 @@ class DiskFullError(RiffluxError):
 
 class IndexFolderNotWritableError(RiffluxError):
     """SQLite cannot create the index's ``-wal``/``-shm`` files: its folder is read-only."""
+
+
+class JobTimeout(RiffluxError):
+    """A job did not finish within the time the caller was willing to wait."""
+
+    retryable = True
+
+
+class JobStalled(RiffluxError):
+    """A job has pending work that no live worker can take (see
+    :mod:`rifflux.queue.stall`); it runs once a worker comes back."""
+
+    retryable = True
+
+
+class CacheUnusable(Exception):
+    """The vector cache cannot be used as it is (e.g. a format this version does not
+    read): the caller rebuilds it or searches without it."""
+
+    retryable: bool = False
+
+
+class CacheCorrupt(CacheUnusable):
+    """The vector cache is damaged: a file does not match its checksum, its row count
+    or the database's rows. The message is the reason, fit to show a user."""
+
+
+def permanent_errors() -> tuple[type[RiffluxError], ...]:
+    """Every subclass of :class:`RiffluxError` in this module that no retry can fix
+    (``retryable`` false); the base class itself is
+    left out, as it says nothing about its cause. Parents come before their subclasses."""
+    found: list[type[RiffluxError]] = []
+    pending: list[type[RiffluxError]] = [RiffluxError]
+    while pending:
+        cls = pending.pop(0)
+        for sub in cls.__subclasses__():
+            if sub.__module__ != __name__:
+                continue
+            pending.append(sub)
+            if not sub.retryable:
+                found.append(sub)
+    return tuple(found)
 
 
 MAX_ECHO_CHARS = 200

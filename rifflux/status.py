@@ -8,7 +8,7 @@ embedding_backend, vector_cache: {state, generation, segments, rows, tombstones,
 broker, live_workers: {count, workers: [...]}, queue_depths, recent_jobs: [{...,
 phase, phases}], watcher, knowledge}``
 
-``knowledge`` (issue 23) is the knowledge bases' sizes (rifflux.store.knowledge.summary:
+``knowledge`` is the knowledge bases' sizes (rifflux.store.knowledge.summary:
 decisions by status, error pairs, notes, tags with counts, chunks by kind); MCP
 ``context_stats`` (CODITECT's name) answers the index's counts, coverage and the same
 block, without the queue (:func:`context_stats`).
@@ -40,7 +40,7 @@ from typing import Any
 
 from rifflux.errors import RiffluxError
 from rifflux.search.ranking import REPAIR_HINT
-from rifflux.search.service import SearchService, coverage
+from rifflux.search.service import SearchService, coverage, damage_reported
 from rifflux.search.snapshot import IndexSnapshot
 from rifflux.store import knowledge
 from rifflux.store.connection import transaction
@@ -56,7 +56,8 @@ MAX_TAGS = 50
 def index_counts(search: SearchService) -> dict[str, Any]:
     """``{files, chunks, embeddings, generation, db_path, embedding_model,
     embedding_backend, vector_cache}``: the index's own part of :func:`index_status`."""
-    return search.read(_counts)
+    with damage_reported(search.db_path):
+        return _counts(search.snapshot())
 
 
 def _counts(snapshot: IndexSnapshot) -> dict[str, Any]:

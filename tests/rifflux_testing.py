@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 # awesome-copilot's agents/ folder, vendored byte for byte (MIT, see its README.md and LICENSE).
 AWESOME_COPILOT = REPO_ROOT / "tests" / "corpus" / "awesome-copilot"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that no one listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:

@@ -34,11 +34,11 @@ from dramatiq.middleware import CurrentMessage
 from rifflux.embed.base import Embedder
 from rifflux.embed.factory import embedder_label_for, make_embedder
 from rifflux.errors import (
-    EmbeddingModelMismatch,
+    DiskFullError,
+    IndexDamagedError,
+    IndexFolderNotWritableError,
     IndexWriteError,
-    MessageVersionError,
-    NotAnIndexError,
-    SchemaVersionError,
+    permanent_errors,
 )
 from rifflux.index import pipeline
 from rifflux.index.messages import (
@@ -73,15 +73,14 @@ FINALIZE_TIME_LIMIT_MS = 60 * 60_000
 MIN_BACKOFF_MS = 500
 MAX_BACKOFF_MS = 30_000
 
-# Errors a retry cannot fix: another model than the job's, a message of another Rifflux
-# version, an index of another schema version or no index at all, a write fault.
-PERMANENT_ERRORS = (
-    EmbeddingModelMismatch,
-    MessageVersionError,
-    SchemaVersionError,
-    NotAnIndexError,
-    IndexWriteError,
-)
+# Errors a retry cannot fix (``retryable`` false in rifflux.errors): another model than
+# the job's, a message of another Rifflux version, an index of another schema version or
+# no index at all, a write fault. Left out: the store's one-line translations of an
+# SQLite failure (a full disk, a folder SQLite cannot write, a damaged file), whose cause
+# failing_job_on_write_fault reads to fail the job as a write fault, or else Dramatiq
+# retries them and the exhausted retry records the failure.
+CLASSIFIED_BY_CAUSE = (DiskFullError, IndexFolderNotWritableError, IndexDamagedError)
+PERMANENT_ERRORS = tuple(e for e in permanent_errors() if e not in CLASSIFIED_BY_CAUSE)
 # Attempts at marking a job failed by a write fault, with a growing pause between them.
 FAULT_RECORD_ATTEMPTS = 3
 FAULT_RECORD_PAUSE_SECONDS = 0.2

@@ -16,7 +16,7 @@ itself; ONNX Runtime has its own threads):
   structlog is imported here with rich hidden, so it takes its plain paths; rich itself
   stays importable afterwards, for an actors module that wants it.
 
-Measured with ``benchmarks/worker_boot.py`` (BENCHMARKS.md, "Worker boot").
+Measured with ``benchmarks/worker_boot.py``.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lexical-threads", type=int, default=0)
     # rifflux.config.EMBED_NICE: embedding saturates every core it gets; at the same priority,
     # chunking and writing keyword-searchable rows got a share of the CPU and lexical
-    # search of a fresh corpus waited 2.3x longer (BENCHMARKS.md, issue 13).
+    # search of a fresh corpus waited 2.3x longer.
     parser.add_argument("--embed-nice", type=int, default=0)
     parser.add_argument(
         "--nice", type=int, default=0, help="nice levels below the pool (RIFFLUX_WORKER_NICE)"

@@ -119,7 +119,7 @@ def worker_command(
 def onnx_threads_per_worker(settings: Settings, processes: int) -> int:
     """ONNX intra-op threads for each of ``processes`` workers: the cores split evenly.
 
-    Measured on 2 cores (BENCHMARKS.md, worker topology): one single-threaded ONNX
+    Measured on 2 cores: one single-threaded ONNX
     session per core beats one process using both cores.
     """
     if settings.onnx_threads:

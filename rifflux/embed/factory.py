@@ -39,8 +39,7 @@ def embedder_label_for(settings: Settings) -> str:
 
 
 # A process that embeds queries (``make_embedder(..., queries=True)``: a search) runs
-# onnxruntime differently from one that embeds batches (BENCHMARKS.md, "Agent-style
-# questions"):
+# onnxruntime differently from one that embeds batches:
 # - QUERY_ONNX_THREADS intra-op threads when RIFFLUX_ONNX_THREADS is 0: a query is one
 #   short text, whose work is too small to split; with a thread per core, agent-style
 #   hybrid p50 was 25.9-28.6 ms against 17.8-17.9 ms with one (under load);

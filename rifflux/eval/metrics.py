@@ -9,7 +9,7 @@ when its grade is above 0.
   positive grades.
 - Recall@k: relevant documents in the first k / all relevant documents.
 - MRR@k: 1 / rank of the first relevant document within the first k, else 0.
-- Precision@k: relevant documents in the first k / k (CFS-012's list; trec_eval's
+- Precision@k: relevant documents in the first k / k (trec_eval's
   ``P_k``: a ranking shorter than k counts its missing places as not relevant).
 """
 

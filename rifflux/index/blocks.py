@@ -1,12 +1,9 @@
 """A fast block scan of markdown: where each block starts, its nesting level and its kind.
 
 The chunker needs only the block structure of a document, never its rendering: the line
-where every block opens, how deeply it is nested, whether it is a heading (and the heading's
-text when it is top-level), code or a table. markdown-it-py's block parser gives exactly
-that, but it builds a full token stream (a Token object and a content string per block,
-up to eleven rule calls and a log call per line) and was ~90 % of chunking: 2.7 of 3.0
-CPU-seconds for awesome-copilot's 1,727 files. This scan takes 0.48 s of the 0.75 s the
-chunker now needs (BENCHMARKS.md, "A faster block scan (issue 13)").
+where every block opens, how deeply it is nested, whether it is a heading (and the
+heading's text when it is top-level), code or a table (why not markdown-it-py's own
+token stream: docs/architecture.md, "Change detection and chunking").
 
 This module re-implements markdown-it's block algorithm for the ``commonmark`` preset with
 tables enabled and ``reference`` disabled (the chunker's parser) and emits only what the

@@ -1,7 +1,7 @@
 """The hard cap on a chunk's size: ``HARD_CAP_FACTOR`` × ``max_chars``, whatever the text.
 
-The chunker keeps code whole, so before the cap one unclosed fence made a whole file one
-chunk (2,000,007 characters for a 2 MB file, issue 20). Every chunk now fits the cap;
+The chunker keeps code whole, so without the cap one unclosed fence would make a whole
+file one chunk (2,000,007 characters for a 2 MB file). Every chunk fits the cap;
 the chunker calls :func:`cap_spans` on the few drafts that do not, last, so a chunk
 within the cap is never changed by it.
 

@@ -21,7 +21,7 @@ Invariants:
   upper bound that needs no parse) makes the block malformed. Bounded so, the slowest
   64 KB block parses in about 0.05 s.
 * A block that is not valid YAML/TOML, is not a mapping, or is longer than
-  ``MAX_FRONT_MATTER_CHARS`` is *malformed*: the file is indexed as before, the block as
+  ``MAX_FRONT_MATTER_CHARS`` is *malformed*: the file is still indexed, the block as
   text, and :attr:`FrontMatter.problem` says why (the job lists it among its skipped
   reasons). A malformed block never fails a job.
 * Only markdown files (``MARKDOWN_SUFFIXES``) have front matter; any other file's text is

@@ -48,13 +48,6 @@ from rifflux.store.rows import ErrorPair, FileKnowledge
 KNOWLEDGE_VERSION = 1
 """The version of these rules (and of front matter parsing) a stored file was built with."""
 
-DECISION_STATUSES: tuple[str, ...] = (
-    "proposed",
-    "accepted",
-    "rejected",
-    "deprecated",
-    "superseded",
-)
 MAX_SIGNATURE_CHARS = 300
 MAX_SOLUTION_CHARS = 20_000
 LEAD_CHARS = 1_500
@@ -65,7 +58,6 @@ TOP_LINES = 40
 # -- sections --------------------------------------------------------------------------
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _FENCE_CHARS = ("`", "~")
 

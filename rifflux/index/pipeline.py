@@ -1,41 +1,20 @@
 """The indexing pipeline: plan, chunk, embed, write vectors, finalize, as plain functions.
 
-Lexical first: a batch becomes keyword-searchable as soon as it is chunked, and its
-vectors follow in a phase of their own.
+Lexical first: a batch becomes keyword-searchable as soon as it is chunked (``chunk``, on
+the index host), and its vectors follow in a phase of their own (``embed`` anywhere, never
+opening the index; ``write_vectors`` on the index host); ``plan`` and ``finalize`` open
+and close a job. Two drivers call these functions: the in-process
+:class:`~rifflux.index.indexer.Indexer` and the Dramatiq actors (``workers/actors.py``);
+sending is the caller's (``SendChunk``, ``SendEmbed``), so nothing here imports Dramatiq
+or ``rifflux.queue``.
 
-plan (index host)          → scans, diffs, refreshes metadata, persists the batches and
-                             sends each one's file texts to the chunk step.
-chunk (index host)         → the lexical phase: chunks the files and writes their rows
-                             (files, chunks, FTS; vectors reused by text hash) in one
-                             transaction; sends the texts still without a vector to embed
-                             (with the hash embedder, embeds them and writes their
-                             vectors in that transaction instead: the batch settles here).
-embed (anywhere)           → batch-embeds those texts; never opens the index.
-write_vectors (index host) → the vector phase: attaches the vectors by text hash to the
-                             chunks that still lack one, settles the batch.
-finalize (index host)      → prunes vanished files, settles the job state, publishes vectors;
-                             after a large job, merges the FTS5 segments (rifflux.store.segments).
-
-During a job, lexical search covers every chunk written so far, semantic search the
-chunks with a vector (in the published cache), and hybrid fuses both, so a chunk still
-waiting for its vector ranks by its lexical side. A vector lands only on a chunk whose
-text has exactly the hash it was computed from, and rewriting a chunk deletes its old
-vector in the same transaction: no chunk is ever shown with a vector of other text.
-
-Two drivers call these functions: the in-process :class:`~rifflux.index.indexer.Indexer`
-runs the stages of one run back to back (:func:`survey`, ``chunk_file``,
-``IndexWriter.write_rows``, ``embed_batch``, ``IndexWriter.write_vectors``,
-:func:`refresh_unchanged`, :func:`doomed_paths`), and the
-Dramatiq actors (``workers/actors.py``) run the job steps below, one message each. The
-steps take and return the typed messages of :mod:`rifflux.index.messages`; sending is the
-caller's (``SendChunk``, ``SendEmbed``), so nothing here imports Dramatiq or ``rifflux.queue``.
-
-A job describes itself: its :class:`~rifflux.index.jobspec.JobSpec` (globs, the deny
-list's override, chunk sizes, the embedder, captured at submission and stored in the
-job row) and its own roots (which bound where symlinks lead). Each step reads the spec
-from the job record, so workers with another environment still index exactly what the
-front process asked for; the messages name the job and never repeat the spec. Every
-step is idempotent: a redelivered message changes nothing twice.
+Invariants: a vector lands only on a chunk whose text has exactly the hash it was
+computed from, and rewriting a chunk deletes its old vector in the same transaction (no
+chunk is shown with a vector of other text); each step reads the job's
+:class:`~rifflux.index.jobspec.JobSpec` from its record, so workers with another
+environment index exactly what the front process asked for; every step is idempotent:
+a redelivered message changes nothing twice. The stages and their messages:
+docs/architecture.md, "A reindex job".
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ embeds only that section's chunks.
 
 A markdown file's front matter is split off first (rifflux.index.frontmatter): the chunker
 sees only the body, so no field of the block reaches a chunk's content or embedding; its
-``title`` still names the document in breadcrumbs, as before. The fields and the file's
+``title`` still names the document in breadcrumbs. The fields and the file's
 kind (rifflux.index.kinds) travel with the chunks as the file's ``knowledge`` row.
 """
 

@@ -3,7 +3,7 @@
 Every ``initialize`` over HTTP opens a session that the MCP SDK keeps (a transport, a
 server task, memory streams: ~38 KB measured) until the client sends ``DELETE`` or the
 session is idle for ``RIFFLUX_HTTP_SESSION_IDLE_SECONDS``. A client that never closes
-its sessions grew a server from 296 to 529 MB with 6,000 of them (issue 20). The SDK's
+its sessions grew a server from 296 to 529 MB with 6,000 of them. The SDK's
 own ``max_sessions`` refuses new sessions (503) once full, so one careless client would
 lock every other out; :class:`SessionLimiter` makes room instead.
 

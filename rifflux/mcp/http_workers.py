@@ -1,7 +1,7 @@
 """Several front processes serving streamable HTTP on one port (``--http-workers N``).
 
 One Python process serves HTTP on about one core: the transport, validation and JSON
-cost 7-8 ms of CPU per search against 2-4 ms for the search (issue 22). With N > 1 the
+cost 7-8 ms of CPU per search against 2-4 ms for the search. With N > 1 the
 server process becomes a supervisor: it binds the listening socket once and spawns N
 HTTP worker processes that accept on that inherited socket, each with its own
 read-only connections and its own map of the vector cache file (the page cache holds

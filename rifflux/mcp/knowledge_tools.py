@@ -1,4 +1,4 @@
-"""The knowledge tools (issue 23): ``search_decisions``, ``search_errors``, ``context_stats``
+"""The knowledge tools: ``search_decisions``, ``search_errors``, ``context_stats``
 (CODITECT's names) and ``multi_get`` (qmd's), as plain functions and their registration.
 
 Like ``tools.py``, each function takes the :class:`~rifflux.mcp.tools.ToolContext`, calls

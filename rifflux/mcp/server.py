@@ -642,7 +642,7 @@ def run_server(
     # A search that spends its deadline in Python code (a filter over many paths) holds
     # the GIL between switches; every other call hands the GIL back at each SQLite or
     # socket step and waits up to one switch interval to get it again, so a short
-    # interval keeps other sessions answering while such a call runs (issue 20).
+    # interval keeps other sessions answering while such a call runs.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     context = ToolContext.from_settings(settings)
     in_main_thread = threading.current_thread() is threading.main_thread()

@@ -28,7 +28,7 @@ import dramatiq
 import structlog
 
 from rifflux.config import Settings
-from rifflux.errors import IndexWriteError, RiffluxError
+from rifflux.errors import IndexWriteError, JobStalled, JobTimeout, RiffluxError
 from rifflux.index.jobspec import JobSpec
 from rifflux.index.scan import require_roots, scope_in_roots
 from rifflux.queue import names, stall
@@ -41,8 +41,8 @@ from rifflux.store.lock_holders import describe_process, index_locked, write_loc
 log = structlog.get_logger(__name__)
 
 # How often waiting front processes re-read a job's row: one primary-key read, so a
-# short interval costs nothing measurable and a job that took ~5 s is not reported
-# up to a quarter of a second late (it was 0.25 s).
+# short interval costs nothing measurable, and a job of ~5 s is reported at most 50 ms
+# late.
 JOB_POLL_SECONDS = 0.05
 # A pool started for a stalled job gets at least this long to boot before the job can
 # be declared stalled again (a crash-looping pool exits sooner, which ends the wait).
@@ -61,14 +61,6 @@ SUBMIT_LOCK_SECONDS = 10.0
 FAULT_PROBE_IDLE_SECONDS = 3.0
 
 ProgressCallback = Callable[[jobs.JobRecord], None]
-
-
-class JobTimeout(RiffluxError):
-    """A job did not finish within the time the caller was willing to wait."""
-
-
-class JobStalled(RiffluxError):
-    """A job has pending work that no live worker can take (see :mod:`stall`)."""
 
 
 class PoolHandle(Protocol):

@@ -9,7 +9,7 @@ keyword-searchable rows); the plan queue carries the job's own steps (``plan_job
 enqueues every batch's chunk message at once, so a vector write on the write queue
 waited behind all of them: every batch's vectors landed in a serial tail after the last
 batch was chunked (1.4-2.3 s of a 10-12 s hash-embedder job of awesome-copilot, 0.4-0.7 s
-with the vector phase on the plan queue; BENCHMARKS.md, issue 13).
+with the vector phase on the plan queue).
 """
 
 from dramatiq import Message

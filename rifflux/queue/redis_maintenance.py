@@ -6,7 +6,7 @@ it is acked. A process counts as alive while its id has a recent score in the
 dispatch script's first block) moves the acks of processes whose heartbeat is older than
 ``heartbeat_timeout`` back to their queue, but Dramatiq runs it on a random 1,000 in a
 million commands, and only for the queue that command names. With the 60 s default a
-killed worker's batches came back after 6 and 11 minutes (measured, BENCHMARKS.md).
+killed worker's batches came back after 6 and 11 minutes (measured).
 
 Here every worker process runs one thread that, every ``maintenance_interval_ms``, sends a
 read-only command (``qsize``) with maintenance switched on for each queue it consumes and

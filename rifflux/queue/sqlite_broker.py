@@ -53,7 +53,7 @@ T = TypeVar("T")
 #: see :meth:`SQLiteBroker.release_process`); a live consumer's thread renews its leases
 #: every third of it, independently of how long the task runs, so a slow batch is not
 #: delivered twice. 10 s measured: kill -9 of a pool-less worker → its message moving
-#: again in ≤ 11 s (BENCHMARKS.md), with a lease renewal write per consumer every 3.3 s.
+#: again in ≤ 11 s, with a lease renewal write per consumer every 3.3 s.
 DEFAULT_LEASE_SECONDS = 10.0
 
 #: A message whose lease expired this many times (its worker died or hung each time)

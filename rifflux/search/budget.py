@@ -7,7 +7,7 @@ Invariants:
   when it has a letter outside ASCII, as BPE vocabularies split such words finely), a run
   of digits 1 per 3, a run of punctuation 1 per 2 characters, a line break 1, and each
   Chinese, Japanese or Korean character 1. Measured against OpenAI's cl100k_base and
-  o200k_base BPE (``benchmarks/token_estimate.py``, BENCHMARKS.md "Token estimator") on
+  o200k_base BPE (``benchmarks/token_estimate.py``) on
   1,569 pieces of 1,200 characters of awesome-copilot, it over-counts by ~15 % on average
   and counts low on 4 % (cl100k) / 1.7 % (o200k) of the pieces, by at most 34 % / 18 %
   (non-English Latin-script prose): a budget is a cap, so the estimate errs on the side

@@ -1,6 +1,6 @@
 """The deadline every search runs under (``RIFFLUX_SEARCH_TIMEOUT_SECONDS``, default 10 s).
 
-Invariants (issue 20, finding 1: one search must never hold the server):
+Invariants (one search must never hold the server):
 
 * A search past its deadline fails with one line, :class:`~rifflux.errors.SearchTimeoutError`
   (``search timed out after 10 s (RIFFLUX_SEARCH_TIMEOUT_SECONDS); narrow the query or
@@ -13,9 +13,9 @@ Invariants (issue 20, finding 1: one search must never hold the server):
   :meth:`Deadline.check` between pieces. No thread is killed and nothing is left half done.
 * The handler interrupts once: after that SQLite statements run again, so a read
   transaction open around the interrupted statement still rolls back, and the
-  connection (a per-thread, reused one) serves the next search as before.
+  connection (a per-thread, reused one) serves the next search.
 * Negligible cost when nothing expires: two ``set_progress_handler`` calls per search
-  and one clock read per ``PROGRESS_OPS`` instructions (BENCHMARKS.md, issue 20).
+  and one clock read per ``PROGRESS_OPS`` instructions.
 """
 
 from __future__ import annotations

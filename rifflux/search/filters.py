@@ -20,11 +20,11 @@ Invariants:
 * :func:`admitted_rows` returns ``None`` when the request has no filter, or when its file
   filters admit every file and it has no ``content_contains``: the unfiltered search
   path runs, at its cost.
-* ``kinds``, ``tags`` and ``status`` (issue 23) are read from the knowledge tables
+* ``kinds``, ``tags`` and ``status`` are read from the knowledge tables
   (rifflux.store.knowledge: a chunk's kind, a file's tags and status) and intersected
   with the other filters' rows.
 
-Cost, measured on SciFact (5,183 files, 9,109 chunks; BENCHMARKS.md, issue 12): a glob
+Cost, measured on SciFact (5,183 files, 9,109 chunks): a glob
 admitting a ninth of the files adds ~15 ms to a hybrid search, ``content_contains``
 (a casefolded scan of every chunk's content) ~50 ms.
 """

@@ -7,7 +7,7 @@ Min-max score fusion (``fusion="minmax"``), the Context Harness hybrid scoring s
 keyword scores are ``−bm25`` (higher is better), each side is min-max normalised per query
 (every score 1.0 when a side's max equals its min), a side that did not return a chunk
 contributes 0.0, and a chunk scores ``(1 − α) · keyword + α · vector`` with α clamped to
-[0, 1]. Every fused score lies in [0, 1]. Measured on SciFact train in BENCHMARKS.md.
+[0, 1]. Every fused score lies in [0, 1].
 
 Max-scaled score fusion (``RIFFLUX_FUSION=maxnorm``): each modality's scores are divided
 by that query's best score, so BM25 and cosine both end at 1.0 for their best chunk, and a
@@ -29,7 +29,7 @@ K = TypeVar("K", bound=Hashable)
 
 DEFAULT_RRF_K = 60
 DEFAULT_MAXNORM_ALPHA = 0.5
-"""maxnorm's semantic share (an even mix: the best measured, BENCHMARKS.md)."""
+"""maxnorm's semantic share (an even mix: the best measured on SciFact train)."""
 DEFAULT_MINMAX_ALPHA = 0.6
 """minmax's semantic share: the spec's ``hybrid_alpha``."""
 

@@ -10,12 +10,12 @@ Semantics (docs/mcp.md), matched against a stored path (POSIX ``/``), whole path
   with ``/``, so ``**/*.md`` matches ``a.md`` and ``docs/x/a.md``;
 * anything else matches itself; an unclosed ``[`` or a range whose ends are reversed
   (``[z-a]``) is a malformed glob: :func:`compile_glob` raises
-  :class:`~rifflux.errors.InvalidQueryError` naming it (the regex translation of before
-  read an unclosed ``[`` as a literal, so ``path_glob "["`` silently matched nothing).
-  That translation also let ``[!a]`` (and ``[/]``) match ``/``; a set never does now.
+  :class:`~rifflux.errors.InvalidQueryError` naming it, rather than reading an unclosed
+  ``[`` as a literal (so that ``path_glob "["`` silently matches nothing). A set never
+  matches ``/``, not even ``[!a]`` or ``[/]``.
 
-Invariants (issue 20, finding 1: ``"**/"*100 + "*b"`` made the backtracking regex of
-before run for minutes while holding the GIL, so the whole MCP server stopped):
+Invariants (a backtracking regex runs ``"**/"*100 + "*b"`` for minutes while holding the
+GIL, so the whole MCP server would stop):
 
 * Every path is matched in O(len(pattern) × len(path)), whatever the pattern.
 * A glob whose regex is provably that cheap under backtracking (:func:`linear_regex`:

@@ -1,6 +1,6 @@
 """The knowledge tools' searches: decisions and error-solution pairs, ranked by hybrid search.
 
-CODITECT (issue 23) answers ``search_decisions`` and ``search_errors`` from knowledge
+CODITECT answers ``search_decisions`` and ``search_errors`` from knowledge
 bases in a database; here the knowledge is the markdown itself, detected at index time
 (rifflux.index.kinds, stored by rifflux.store.knowledge), and the ranking is the one
 search of ``search_rifflux``:
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from rifflux.errors import InvalidQueryError
+from rifflux.search import ranking, retrieval
 from rifflux.search.budget import budget_response
 from rifflux.search.query import query_terms
 from rifflux.search.request import (
@@ -42,7 +43,7 @@ from rifflux.search.request import (
     check_top_k,
 )
 from rifflux.search.served import ServedPaths
-from rifflux.search.service import SearchService, partial_vectors_warning
+from rifflux.search.service import SearchService, damage_reported, partial_vectors_warning
 from rifflux.store import knowledge
 
 ERROR_DEPTH = 3
@@ -67,6 +68,23 @@ def check_decision_type(value: object) -> str | None:
         ) from exc
 
 
+def _search_within(
+    service: SearchService,
+    request: SearchRequest,
+    restrict: np.ndarray | None,
+    served: ServedPaths | None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted;
+    None: every chunk) only, as if a filter admitted them: how a knowledge tool ranks
+    one kind. ``served``: only files it serves (None: every file)."""
+    with damage_reported(service.db_path):
+        deadline = service.deadline()
+        snapshot = service.snapshot()
+        admits = None if served is None else served.admitting(retrieval.placer(snapshot.conn))
+        with deadline.guarding(snapshot.conn):
+            return ranking.rank(snapshot, request, request.top_k, deadline, restrict, admits)
+
+
 def _restricted(service: SearchService, **conditions: Any) -> np.ndarray | None:
     """Sorted rowids of the chunks ``conditions`` admit (None: every chunk)."""
     return knowledge.chunk_rowids(service.connection(), **conditions)
@@ -88,7 +106,8 @@ def _response(
     if warning is not None:
         response["warning"] = warning
     elif query.strip():
-        share = service.embedding_coverage()
+        with damage_reported(service.db_path):
+            share = service.coverage.share(service.connection())
         if share < 1.0:
             response["embedding_coverage"] = share
             response["warning"] = partial_vectors_warning(share, "hybrid")
@@ -123,7 +142,7 @@ def search_decisions(
         status=request.status,
         decision_type=check_decision_type(decision_type),
     )
-    hits, warning = service.search_within(request, restrict, served)
+    hits, warning = _search_within(service, request, restrict, served)
     rows = knowledge.decisions_of_files(service.connection(), [h["path"] for h in hits])
     results = [
         {
@@ -159,7 +178,7 @@ def search_errors(
         top_k=min(MAX_TOP_K, wanted * ERROR_DEPTH),
     )
     restrict = _restricted(service, kinds=("error",))
-    hits, warning = service.search_within(request, restrict, served)
+    hits, warning = _search_within(service, request, restrict, served)
     conn = service.connection()
     terms = query_terms(request.query)
     pairs_of: dict[str, list[sqlite3.Row]] = {}

@@ -1,59 +1,20 @@
 """FTS5 BM25 search. User text is always searched as plain words, never as FTS syntax.
 
-This module decides what a lexical search asks: the query parser (rifflux.search.query)
-turns user text into MATCH expressions, and the SQL that runs them is
-rifflux.store.fts's, with every other index query.
+This module decides what a lexical search asks: which table ranks (``chunks_fts``, and
+``chunks_cjk`` for a query with CJK characters, the two lists merged by bm25() value),
+with which weights (:class:`LexicalOptions`: bm25() column weights, ``PATH_WEIGHT`` for
+the file path field, ``ABOUT_WEIGHT`` for front matter's about text, stop words) and in
+which scope (the admitted rowids of a filter, restricted in SQL so a filter never empties
+the list by cutting first; phrase tiers). rifflux.search.query turns user text into MATCH
+expressions; rifflux.store.fts holds the SQL that runs them.
 
-A query with Chinese, Japanese or Korean characters is routed to ``chunks_cjk``, the
-bigram side table of the same FTS5 family (rifflux.store.cjk): its CJK runs become their
-bigrams (and, for a run of three or more characters, also the phrase of those bigrams,
-which ranks the exact run above scattered pieces of it; a single character is a prefix
-query, every bigram that starts with it), its other words stay as they are. Only chunks
-with CJK text are in that table; the other chunks are ranked for the same query in
-``chunks_fts``, exactly as before the side table, and the two lists are merged by bm25()
-value. Each chunk is scored in exactly one table, each with its own statistics (BM25's
-IDF and average length), so in a corpus without CJK text a CJK query ranks exactly as it
-did before. A query with no CJK character takes the same path, with the same SQL, as
-before the side table.
-
-Phrases (CFS-012): a balanced ``"double-quoted span"`` of the query is a phrase. Its words
-join the OR-ed terms, the phrase itself is one more OR-ed FTS5 phrase (``"w1 w2"``), and
-chunks holding every phrase come first (tier 0, by bm25), then the other matches (tier 1):
-a chunk with the exact phrase always ranks above one that only has its words. Quotes are
-paired left to right; an unpaired last quote, like every other operator character, is
-plain text. A query without a balanced quote builds exactly the MATCH of before.
-
-Filters hand in the admitted rowids (``admitted``): the MATCH is restricted to them in
-SQL (``rowid IN json_each(?)``), so a filter never empties the list by cutting first.
-
-The file path is a third lexical field (``files_fts``, rifflux.store.paths): a chunk's
-score is its own bm25() plus ``PATH_WEIGHT`` × the bm25() of its file's path for the same
-terms, so on markdown whose paths name their topic the file a query names ranks higher.
-It only adds to chunks that match by their own text (a path alone finds nothing), and a
-query whose terms match no path (one probe of ``files_fts``), or an index written before
-the table existed, runs exactly the SQL of before. The table is the writer's, kept by
-triggers: a search builds nothing.
-
-Front matter (rifflux.index.frontmatter) is kept out of chunks; what it says a document
-is about (title, name, description, summary) is a field of the file's first chunk, where
-the block was, in ``chunks_about`` (rifflux.store.knowledge): ``ABOUT_WEIGHT`` × its
-bm25() is added to that chunk's bm25(), and a first chunk may match by it alone. A query
-whose terms are in no about text (one probe), a CJK query's side table, or an index
-without the table run the SQL of before.
-
-Bounds (issue 22): the OR-ed clauses of the MATCH (rifflux.search.query's
-``match_clauses``) are handed to rifflux.store.fts, which seeks the best rows among those
-holding the rarer clauses first and proves by FTS5's bm25() bounds that no other row can
-reach the window (else it scores every match, as before): the same rows and the same
-bm25() values either way. ``LexicalOptions(bounded=False)`` always scores every match
-(the reference the differential test and ``benchmarks/lexical_scale.py --reference``
-compare with). The clause row counts the bounds need are kept by the caller's
-:class:`~rifflux.store.fts.ClauseCounts` (one per reader connection, valid while the
-index is unchanged), so the common terms of a query are not counted again and again.
-
-What a retrieval experiment may vary (the bm25() column weights, the path weight, the stop
-words dropped from queries) is an explicit :class:`LexicalOptions` argument whose defaults are the
-core's; nothing here is meant to be patched at run time.
+Invariants: each chunk is scored in exactly one table; a chunk holding every quoted
+phrase ranks above one that only has its words; the path and about bonuses only add to
+chunks that match by their own text (a first chunk may match by its about text); the
+bounded search (rifflux.store.fts) returns the same rows and bm25() values as scoring
+every match (``LexicalOptions(bounded=False)``, the reference the differential test
+compares with); a search builds nothing. Nothing here is meant to be patched at run
+time. The design: docs/architecture.md, "A query".
 """
 
 from __future__ import annotations
@@ -91,14 +52,14 @@ from rifflux.store.fts import (
 # bm25() column weights: heading_path, content. A query term in a chunk's heading breadcrumb
 # counts three times one in its text: on the awesome-copilot tuning queries file-level lexical
 # nDCG@10 rose 0.943 → 0.961 (1,200/600 chunks), with SciFact train lexical 0.7001 → 0.6991
-# and hybrid 0.7193 → 0.7180, within noise (BENCHMARKS.md).
+# and hybrid 0.7193 → 0.7180, within noise.
 HEADING_WEIGHT = 3.0
 CONTENT_WEIGHT = 1.0
 # The file path's bm25() (rifflux.store.paths), added to each of its chunks' bm25() times
 # this weight; 0 turns it off. Chosen on the awesome-copilot tuning half (file-level hybrid
 # nDCG@10 by weight 0 / 0.1 / 0.25 / 0.5 / 1: 0.934 / 0.940 / 0.953 / 0.948 / 0.932; the
 # naive pipeline 0.943); held out 0.950 → 0.951 (naive 0.949), lexical 0.922 → 0.927; SciFact
-# train unchanged (BENCHMARKS.md, issue 12).
+# train unchanged.
 PATH_WEIGHT = 0.25
 # The front matter's about text (title, name, description, summary; rifflux.store.knowledge),
 # added like the path: its bm25() times this weight to each matching chunk of the file.

@@ -7,10 +7,10 @@ Invariants:
   ``:``) and parentheses in user text are plain text. At most ``MAX_QUERY_TERMS`` terms.
 * English stop words are dropped from queries (the index keeps every word); a query made
   only of stop words keeps them, so it still finds something.
-* Phrases (CFS-012): a balanced ``"double-quoted span"`` of two or more words is a phrase:
+* Phrases: a balanced ``"double-quoted span"`` of two or more words is a phrase:
   its words join the OR-ed terms and the phrase itself is one more OR-ed FTS5 phrase.
   Quotes are paired left to right; an unpaired last quote is plain text. A query without
-  a balanced quote builds exactly the MATCH of before phrases.
+  a balanced quote builds the plain OR-ed MATCH.
 * A query with Chinese, Japanese or Korean characters also has a MATCH for the bigram
   side table (``chunks_cjk``): its CJK runs split into bigrams by the index's own
   tokenizer (:mod:`rifflux.bigrams`), its other words as they are.

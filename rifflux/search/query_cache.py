@@ -1,4 +1,4 @@
-"""The query cache (CFS-012): recent search responses, never staler than the index.
+"""The query cache: recent search responses, never staler than the index.
 
 Invariants:
 
@@ -30,12 +30,7 @@ Invariants:
 * Responses with a ``warning`` (a corrupt vector cache) are not cached, so a repair
   shows at once.
 
-Measured (BENCHMARKS.md, issue 12): a hit costs ~0.1 ms against ~10-25 ms for a hybrid
-search on SciFact. A top_k 100 response on awesome-copilot is ~130 KB of JSON (~230 KB
-as Python objects), so 32 MiB holds ~250 of them, or the full 1,000 entries of top_k 10
-searches; 1,000 distinct top_k 100 searches add 36 MiB to a process's RSS (3.6 MiB of
-it without any cache) where an LRU of 1,000 entries added 230 MiB
-(``benchmarks/query_cache_memory.py``).
+What a hit saves and what the bounds hold: docs/architecture.md, "Query cache".
 """
 
 from __future__ import annotations

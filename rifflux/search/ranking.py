@@ -3,7 +3,7 @@
 Results follow one contract in every mode: exactly ``chunk_id``, ``path``,
 ``heading_path``, ``chunk_index``, ``content`` and a mode-specific ``score_breakdown``.
 
-One search, in order (issue 12): filters pick the admitted chunks (``filters.py``; none:
+One search, in order: filters pick the admitted chunks (``filters.py``; none:
 every chunk); each side takes its candidates among them (``candidate_k``, default
 ``top_k × rifflux.config.CANDIDATE_MULTIPLIER``, 80 for minmax; never fewer than ``top_k``);
 ``min_cosine`` drops weak semantic candidates; the sides are fused (RRF with this call's
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from rifflux.errors import EmbeddingModelMismatch, InvalidQueryError
+from rifflux.errors import CacheCorrupt, EmbeddingModelMismatch, InvalidQueryError
 from rifflux.search.deadline import Deadline
 from rifflux.search.filters import admitted_rows
 from rifflux.search.fusion import (
@@ -59,7 +59,6 @@ from rifflux.search.snapshot import IndexSnapshot
 from rifflux.store.fts import LexicalHit
 from rifflux.store.reader import IndexReader
 from rifflux.vectors.cache import SemanticHit
-from rifflux.vectors.segments import CacheCorrupt
 
 REPAIR_HINT = "repair it with `rifflux index --repair` (any index job also republishes it)"
 

@@ -15,7 +15,7 @@ Invariants:
   and ``maximum`` for ``top_k``, an ``enum`` for ``mode``); the values are still checked
   by this module, so a client that ignores the schema gets the same messages as the CLI.
 * Every field after ``mode`` is optional and ``None`` (or ``group_by`` ``"chunk"``)
-  means "not given": a request that gives none of them searches exactly as before
+  means "not given": a request that gives none of them searches as a bare query does
   (tests/search/test_search_golden.py pins it byte for byte). ``__post_init__`` stores
   each field's normalised value (a glob string becomes a one-item tuple, a date becomes
   Unix seconds), so equal searches are equal, hashable requests: the query cache's key.

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -291,6 +292,12 @@ def absolute_text(stored_path: str, base_dir: Callable[[], str | None]) -> str:
     if stored_path.startswith("/"):
         return stored_path
     return os.path.join(base_dir() or os.getcwd(), stored_path)
+
+
+def placer(conn: sqlite3.Connection) -> Callable[[str], str]:
+    """Where a stored path lives (:func:`absolute_text`), the base_dir read once."""
+    base_dir = functools.cache(lambda: stored_base_dir(conn))
+    return lambda stored_path: absolute_text(stored_path, base_dir)
 
 
 def stored_base_dir(conn: sqlite3.Connection) -> str | None:

@@ -3,35 +3,17 @@
 It owns what outlives one call: the settings, one read-only connection per thread (with
 the clause row counts its lexical searches keep, rifflux.store.fts), the query embedder
 (built on first use), the vector cache and the query cache. Each call takes an
-:class:`~rifflux.search.snapshot.IndexSnapshot` (this thread's connection with the
-rest) and delegates: ranking to ``ranking.py``, chunk and file retrieval to
-``retrieval.py``; the index's status and checks are ``rifflux.status``'s.
+:class:`~rifflux.search.snapshot.IndexSnapshot` and delegates: ranking to ``ranking.py``,
+chunk and file retrieval to ``retrieval.py``.
 
-Arguments arrive as a :class:`~rifflux.search.request.SearchRequest`, already validated
-(``search_response``); ``search``, the in-process ranking the evaluation calls with
-depths beyond ``MAX_TOP_K``, checks its arguments with the same functions and messages.
-``search_response`` answers repeated requests from the query cache (``query_cache.py``)
-while the index state is unchanged. An MCP call passes its
-:class:`~rifflux.search.served.ServedPaths`: results then hold only files it may return,
-filtered before truncation to ``top_k`` (``ranking.py``), and a cached answer is keyed by
-it and served only while every file in it still passes. A corrupt vector cache makes
-semantic and hybrid searches answer with lexical results, and the response gains a
-``warning`` naming the damage and the repair (``ranking.py``). A semantic or hybrid
-search over an index where some chunks have no vector yet (a job's embed phase, an
-index built without vectors) gains ``embedding_coverage`` (the share of chunks with one,
-below 1) and a ``warning`` saying what that means for its results. Otherwise the
-response has neither key.
-
-Every search (``search_response``, ``search``, ``search_within``) runs under a
-:class:`~rifflux.search.deadline.Deadline` of ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` (from
-:meth:`SearchService.deadline`): SQLite work past it is interrupted and the Python steps
-check it between pieces, so a call fails with one line
-(:class:`~rifflux.errors.SearchTimeoutError`) instead of holding its thread, and the
-thread's connection serves the next search.
-
-A search never writes its database: connections are read-only (``mode=ro``), an absent
-index is reported ("no index at PATH; ...") instead of created, and a damaged one reads
-as one line (:class:`~rifflux.errors.IndexDamagedError`), never a raw ``DatabaseError``.
+Invariants: arguments arrive as a validated :class:`~rifflux.search.request.SearchRequest`
+(``search`` checks its own with the same functions); a cached answer is served only
+while the index state (generation, uid, file stat keys) is the one it was computed at,
+and with :class:`~rifflux.search.served.ServedPaths` only while every file in it still
+passes; every search runs under a :class:`~rifflux.search.deadline.Deadline`; a search
+never writes its database (read-only connections; an absent index is reported, not
+created), and SQLite damage reads as one line (:func:`damage_reported`). The response's
+``warning`` and ``embedding_coverage`` keys: docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -41,7 +23,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,20 +80,59 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
+@contextlib.contextmanager
+def damage_reported(db_path: Path) -> Iterator[None]:
+    """Turn SQLite's "malformed"/"not a database" errors (and the other failures
+    :func:`~rifflux.store.connection.database_failure` knows) into their one-line error."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        known = database_failure(db_path, exc)
+        if known is not None:
+            raise known from exc
+        raise
+
+
 def _reports_damage(method: F) -> F:
-    """Turn SQLite's "malformed"/"not a database" errors into one-line IndexDamagedError."""
+    """:func:`damage_reported` around a :class:`SearchService` method."""
 
     @functools.wraps(method)
     def wrapper(self: SearchService, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with damage_reported(self.db_path):
             return method(self, *args, **kwargs)
-        except sqlite3.DatabaseError as exc:
-            known = database_failure(self.db_path, exc)
-            if known is not None:
-                raise known from exc
-            raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def index_state(conn: sqlite3.Connection, db: Path) -> Hashable:
+    """What a cached response depends on: the generation and uid, and the stat keys of
+    the database, its WAL and every file of the vector cache (a damaged file is then
+    noticed by the next search, as without the cache)."""
+    generation, uid = IndexReader(conn).generation_and_uid()
+    files = [db, db.with_name(db.name + "-wal")]
+    directory = vectors_dir(db)
+    with contextlib.suppress(OSError):
+        files += sorted(Path(entry.path) for entry in os.scandir(directory))
+    return generation, uid, tuple((path.name, stat_key(path)) for path in files)
+
+
+class EmbeddingCoverage:
+    """The share of chunks that have a vector (:func:`coverage`), counted once per index
+    state (a job's embed phase bumps the generation with every batch)."""
+
+    def __init__(self) -> None:
+        # (generation, uid) -> share.
+        self._known: tuple[Hashable, float] | None = None
+
+    def share(self, conn: sqlite3.Connection) -> float:
+        state = IndexReader(conn).generation_and_uid()
+        known = self._known
+        if known is not None and known[0] == state:
+            return known[1]
+        counts = IndexReader(conn).row_counts()
+        share = coverage(counts["embeddings"], counts["chunks"])
+        self._known = (state, share)
+        return share
 
 
 class SearchService:
@@ -145,19 +166,12 @@ class SearchService:
                 settings.query_cache_ttl_seconds,
                 max_bytes=settings.query_cache_max_mb * 2**20,
             )
-        self._query_cache = query_cache
-        # (generation, uid) -> embedding coverage: counted once per index state.
-        self._coverage: tuple[Hashable, float] | None = None
+        self.query_cache = query_cache
+        self._query_cache = query_cache  # The name tests read its counters under.
+        self.db_path: Path = settings.db_path
+        self.coverage = EmbeddingCoverage()
 
     # -- resources -------------------------------------------------------------------
-
-    @property
-    def query_cache(self) -> QueryCache:
-        return self._query_cache
-
-    @property
-    def db_path(self) -> Path:
-        return self.settings.db_path
 
     @_reports_damage
     def connection(self) -> sqlite3.Connection:
@@ -203,10 +217,6 @@ class SearchService:
     def embedder_label(self) -> str:
         return self._embedder.label
 
-    @property
-    def embedder(self) -> Embedder:
-        return self._embedder.embedder
-
     def embed_query(self, query: str) -> np.ndarray | None:
         """The query's vector, or ``None`` when the query has nothing to embed."""
         return self._embedder.embed_query(query)
@@ -214,12 +224,6 @@ class SearchService:
     def deadline(self) -> Deadline:
         """A new search's deadline: ``RIFFLUX_SEARCH_TIMEOUT_SECONDS`` from now."""
         return Deadline(self.settings.search_timeout_seconds)
-
-    @_reports_damage
-    def read(self, reader: Callable[[IndexSnapshot], T]) -> T:
-        """``reader`` over this thread's snapshot, a damaged database reported as one line
-        (how ``rifflux.status`` reads the index's counts)."""
-        return reader(self.snapshot())
 
     # -- search ----------------------------------------------------------------------
 
@@ -240,22 +244,6 @@ class SearchService:
             return ranking.rank(snapshot, request, top_k, deadline)[0]
 
     @_reports_damage
-    def search_within(
-        self,
-        request: SearchRequest,
-        restrict: np.ndarray | None,
-        served: ServedPaths | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """(results, warning) of ``request`` among the chunk rowids ``restrict`` (sorted;
-        None: every chunk) only, as if a filter admitted them: how the knowledge tools
-        rank one kind. ``served``: only files it serves (None: every file)."""
-        deadline = self.deadline()
-        snapshot = self.snapshot()
-        admits = None if served is None else served.admitting(self._placer(snapshot.conn))
-        with deadline.guarding(snapshot.conn):
-            return ranking.rank(snapshot, request, request.top_k, deadline, restrict, admits)
-
-    @_reports_damage
     def search_response(
         self, request: SearchRequest, served: ServedPaths | None = None
     ) -> dict[str, Any]:
@@ -267,76 +255,7 @@ class SearchService:
         deadline = self.deadline()
         snapshot = self.snapshot()
         with deadline.guarding(snapshot.conn):
-            return self._respond(snapshot, request, deadline, served)
-
-    def _respond(
-        self,
-        snapshot: IndexSnapshot,
-        request: SearchRequest,
-        deadline: Deadline,
-        served: ServedPaths | None = None,
-    ) -> dict[str, Any]:
-        state = self._index_state(snapshot.conn) if self._query_cache.enabled else None
-        key: Hashable = request if served is None else (request, served)
-        admits = None if served is None else served.admitting(self._placer(snapshot.conn))
-        cached = self._query_cache.get(key, state, scope=self.db_path)
-        # A file swapped for a link out of the roots since: its answer is computed again.
-        if cached is not None and (
-            admits is None or all(admits(r["path"]) for r in cached["results"])
-        ):
-            return cached
-        results, warning = ranking.rank(snapshot, request, request.top_k, deadline, admits=admits)
-        response: dict[str, Any] = {
-            "query": request.query,
-            "mode": request.mode,
-            "count": len(results),
-            "embedding_model": snapshot.stored_model() or self.embedder_label,
-        }
-        if warning is not None:
-            response["warning"] = warning
-        elif request.mode != "lexical" and request.query.strip():
-            share = self.embedding_coverage(snapshot.conn)
-            if share < 1.0:
-                response["embedding_coverage"] = share
-                response["warning"] = partial_vectors_warning(share, request.mode)
-        response["results"] = results
-        if request.max_tokens is not None:
-            response = budget_response(response, request.query, request.max_tokens, deadline.check)
-        if warning is None:
-            self._query_cache.put(key, state, response, scope=self.db_path)
-        return response
-
-    @staticmethod
-    def _placer(conn: sqlite3.Connection) -> Callable[[str], str]:
-        """Where a stored path lives (:meth:`absolute_path`), the base_dir read once."""
-        base_dir = functools.cache(lambda: retrieval.stored_base_dir(conn))
-        return lambda stored_path: retrieval.absolute_text(stored_path, base_dir)
-
-    def _index_state(self, conn: sqlite3.Connection) -> Hashable:
-        """What a cached response depends on: the generation and uid, and the stat keys
-        of the database, its WAL and every file of the vector cache (a damaged file is
-        then noticed by the next search, as without the cache)."""
-        generation, uid = IndexReader(conn).generation_and_uid()
-        db = self.db_path
-        files = [db, db.with_name(db.name + "-wal")]
-        directory = vectors_dir(db)
-        with contextlib.suppress(OSError):
-            files += sorted(Path(entry.path) for entry in os.scandir(directory))
-        return generation, uid, tuple((path.name, stat_key(path)) for path in files)
-
-    @_reports_damage
-    def embedding_coverage(self, conn: sqlite3.Connection | None = None) -> float:
-        """The share of chunks that have a vector (:func:`coverage`), counted once per
-        index state (a job's embed phase bumps the generation with every batch)."""
-        conn = conn or self.connection()
-        state = IndexReader(conn).generation_and_uid()
-        known = self._coverage
-        if known is not None and known[0] == state:
-            return known[1]
-        counts = IndexReader(conn).row_counts()
-        share = coverage(counts["embeddings"], counts["chunks"])
-        self._coverage = (state, share)
-        return share
+            return _respond(self, snapshot, request, deadline, served)
 
     # -- lookups ---------------------------------------------------------------------
 
@@ -348,17 +267,6 @@ class SearchService:
     def get_chunk(self, chunk_id: str) -> dict[str, Any]:
         """A chunk as search results show it, with ``headings`` added."""
         return retrieval.get_chunk(self.connection(), chunk_id)
-
-    @_reports_damage
-    def resolve_chunk_id(self, given: str) -> str:
-        """The full id of a chunk named by its id or a unique prefix of at least 8 hex
-        digits (``retrieval.resolve_chunk_id``)."""
-        return retrieval.resolve_chunk_id(self.connection(), given)
-
-    @_reports_damage
-    def short_chunk_ids(self, chunk_ids: Sequence[str]) -> dict[str, str]:
-        """Each chunk id's shortest unique prefix, 8 hex digits or more."""
-        return retrieval.short_chunk_ids(self.connection(), chunk_ids)
 
     @_reports_damage
     def chunk_with_neighbors(self, chunk_id: str, neighbors: object = 0) -> dict[str, Any]:
@@ -387,3 +295,41 @@ class SearchService:
         return retrieval.absolute_path(
             stored_path, lambda: retrieval.stored_base_dir(self.connection())
         )
+
+
+def _respond(
+    service: SearchService,
+    snapshot: IndexSnapshot,
+    request: SearchRequest,
+    deadline: Deadline,
+    served: ServedPaths | None = None,
+) -> dict[str, Any]:
+    """The response to ``request``: from the query cache while the index state is the one
+    it was computed at, else ranked, with the coverage warning and the token budget."""
+    state = index_state(snapshot.conn, service.db_path) if service.query_cache.enabled else None
+    key: Hashable = request if served is None else (request, served)
+    admits = None if served is None else served.admitting(retrieval.placer(snapshot.conn))
+    cached = service.query_cache.get(key, state, scope=service.db_path)
+    # A file swapped for a link out of the roots since: its answer is computed again.
+    if cached is not None and (admits is None or all(admits(r["path"]) for r in cached["results"])):
+        return cached
+    results, warning = ranking.rank(snapshot, request, request.top_k, deadline, admits=admits)
+    response: dict[str, Any] = {
+        "query": request.query,
+        "mode": request.mode,
+        "count": len(results),
+        "embedding_model": snapshot.stored_model() or service.embedder_label,
+    }
+    if warning is not None:
+        response["warning"] = warning
+    elif request.mode != "lexical" and request.query.strip():
+        share = service.coverage.share(snapshot.conn)
+        if share < 1.0:
+            response["embedding_coverage"] = share
+            response["warning"] = partial_vectors_warning(share, request.mode)
+    response["results"] = results
+    if request.max_tokens is not None:
+        response = budget_response(response, request.query, request.max_tokens, deadline.check)
+    if warning is None:
+        service.query_cache.put(key, state, response, scope=service.db_path)
+    return response

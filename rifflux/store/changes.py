@@ -1,10 +1,9 @@
 """The chunk change log: which chunk rowids' vector rows changed since a position.
 
-The vector cache publisher (rifflux.vectors.publish) used to list every chunk row that
-has a vector and diff the list against the cache, because SQLite reuses a deleted top
-row's rowid (``chunks.id`` has no AUTOINCREMENT, and an existing table cannot be given
-one without a rebuild): a rowid alone could not say whether its row changed. At 789k
-rows that listing was 4.7 s of a 7.3 s one-edit publish (BENCHMARKS.md, issue 22).
+Why a log: SQLite reuses a deleted top row's rowid (``chunks.id`` has no AUTOINCREMENT,
+and an existing table cannot be given one without a rebuild), so a rowid alone cannot say
+whether its row changed, and listing every chunk row with a vector to diff it against the
+vector cache costs 4.7 s of a 7.3 s one-edit publish at 789k rows.
 
 ``chunk_changes`` (schema.py) logs the rowid of every chunk whose cached row may have
 changed, written by triggers in the writer's own transaction, so no write can skip it

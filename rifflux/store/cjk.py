@@ -12,7 +12,7 @@ Invariants:
   overlapping character bigrams (``数据库`` → ``数据 据库``; a single character stays
   itself); Latin words are kept, so a mixed query ranks by both.
 * A chunk with no CJK character has no row there: without CJK text the table is empty
-  and the index costs nothing more (BENCHMARKS.md, "CJK side index").
+  and the index costs nothing more.
 * Rows are written by :class:`~rifflux.store.writer.IndexWriter` with the chunk, in the
   same transaction; the schema's triggers delete them with the chunk (and with a cascade
   from ``files``), and drop them when a chunk's text is updated in place.
@@ -23,7 +23,7 @@ Invariants:
   splits queries with the same functions.
 * An index created before the table existed gets it, filled from its chunks, the next
   time a writer opens it (:func:`backfill`); a reader of such an index searches CJK
-  queries in ``chunks_fts`` as before (``has_cjk_table``).
+  queries in ``chunks_fts`` only (``has_cjk_table``).
 """
 
 from __future__ import annotations

@@ -1,41 +1,26 @@
 """The one way to open an SQLite database and the one way to retry when it is busy.
 
-Connections run in autocommit mode (``isolation_level=None``). Index code opens every
-transaction with :func:`transaction`: a write takes the write lock up front with
-``BEGIN IMMEDIATE`` (so two writers never deadlock upgrading a read lock), retried with
-backoff while another writer holds it; a nested call becomes a ``SAVEPOINT``, so a
-function that writes in a transaction can be called alone or inside a caller's. Once
-``BEGIN IMMEDIATE`` holds the lock in WAL mode no statement of the body can meet a busy
-lock, so retrying the ``BEGIN`` is retrying the whole transaction.
-:func:`write_transaction` (no retry) is the primitive the queue databases' modules wrap
-in :func:`retry_on_busy` themselves.
+Invariants:
 
-Reads never write: :func:`open_index_readonly` opens with SQLite's ``mode=ro`` URI, so
-a search can create no file, no directory and no schema, and a file that is not a
-Rifflux index (an empty file, a text file, another application's database) is refused
-with one line and left byte-for-byte unchanged. :func:`open_index`, the writers' way in,
-creates the schema only in a database that has no tables yet. SQLite's "malformed" and
-"not a database" errors become :class:`~rifflux.errors.IndexDamagedError`, one line
-that says how to rebuild, when the file is an SQLite database (its header intact, or a
-``-wal`` beside it); a file without SQLite's header (``/etc/passwd``, a text file) says
-"file is not a database" too, but is :class:`~rifflux.errors.NotAnIndexError`: nothing
-to rebuild (:func:`database_failure`). SQLite's "unable to open database file" and
-"attempt to write a readonly database" in a folder that is not writable become
-:class:`~rifflux.errors.IndexFolderNotWritableError`, naming the ``-wal``/``-shm`` files
-SQLite must create there, even to read an index in WAL mode.
-
-A WAL-mode reader also needs room on the disk: it creates and extends ``index.db-shm``
-(the shared wal-index) when no other connection has. When that fails on a full disk
-(``SQLITE_IOERR_SHMSIZE``, and :func:`rifflux.store.faults.free_bytes` below
-``FULL_BYTES``), :func:`open_index_readonly` reads without the ``-shm`` instead, a
-:class:`LocklessReader`: the database file alone as an immutable file when the ``-wal``
-holds no frame, else the WAL through a private wal-index (exclusive locking mode of
-the ``unix-none`` VFS, which takes no lock). Both are read-only and create, change and
-delete nothing. It is safe because no other connection can be open in WAL mode then:
-every one needs that ``-shm``, and one that had it would have sized it. It answers for
-the files as they were when it opened, so its owner replaces it (:meth:`LocklessReader
-.outdated`) once the disk has room or the files change. Where even that fails, the
-error says the disk is full (:class:`~rifflux.errors.DiskFullError`).
+* Connections run in autocommit mode; index code opens every transaction with
+  :func:`transaction`: a write takes the lock up front with ``BEGIN IMMEDIATE`` (two
+  writers never deadlock upgrading a read lock), retried with backoff while another
+  writer holds it, and a nested call becomes a ``SAVEPOINT``. Once ``BEGIN IMMEDIATE``
+  holds the lock in WAL mode no statement of the body can meet a busy lock, so retrying
+  the ``BEGIN`` is retrying the whole transaction. :func:`write_transaction` (no retry)
+  is what the queue databases' modules wrap in :func:`retry_on_busy` themselves.
+* Reads never write: :func:`open_index_readonly` opens with ``mode=ro``, so a search
+  creates no file, directory or schema, and refuses a file that is not a Rifflux index
+  with one line, leaving it unchanged. :func:`open_index`, the writers' way in, creates
+  the schema only in a database that has no tables yet.
+* SQLite failures reach a user as one line (:func:`database_failure`): a damaged index
+  (:class:`~rifflux.errors.IndexDamagedError`), a file that is not SQLite at all
+  (:class:`~rifflux.errors.NotAnIndexError`), a folder where SQLite cannot create the
+  ``-wal``/``-shm`` files (:class:`~rifflux.errors.IndexFolderNotWritableError`), a full
+  disk (:class:`~rifflux.errors.DiskFullError`).
+* On a full disk a read opens without the ``-shm`` (:class:`LocklessReader`), reading
+  only, creating nothing; its owner replaces it once it is outdated. Why that is safe:
+  docs/architecture.md, "Storage".
 """
 
 from __future__ import annotations

@@ -1,42 +1,21 @@
 """Write faults that no retry fixes: named in one line, and found from outside.
 
 A write to the index (or to the SQLite queue beside it) can fail for good: the disk is
-full, the process's file size limit (``ulimit -f``) is reached, the file or its
-filesystem is read-only, or the disk answers with I/O errors. In WAL mode the last
-includes the ``-wal`` file deleted under open connections: every new connection then
-reads a wal-index (``-shm``) that names frames the new, empty ``-wal`` lacks, and
-fails with SQLite's ``disk I/O error`` (``SQLITE_IOERR_SHORT_READ``) until every
-connection is closed. Retrying such a write (Dramatiq's retries, the busy backoff) only
-repeats it; the measured symptom was 300 ``disk I/O error`` failures and a client that
-waited forever.
+full, the file size limit (``ulimit -f``) is reached, the file or its filesystem is
+read-only, or the disk answers with I/O errors (in WAL mode also a ``-wal`` deleted under
+open connections: every new connection then fails with ``disk I/O error`` until all are
+closed). Retrying such a write only repeats it, and a waiting client would wait forever.
 
-- :func:`fault_kind` classifies an exception (``sqlite_errorname`` where SQLite gives
-  one, the message text otherwise, ``errno`` for an ``OSError``; its causes too).
-  SQLite reports an ``EFBIG`` write (file size limit) as ``SQLITE_IOERR_WRITE`` and an
-  ``ENOSPC`` one as ``SQLITE_FULL``, so :func:`write_fault_reason` refines an I/O error
-  from what it can see: a wal-index ahead of its WAL, a full disk, a reached limit.
-- :func:`write_fault_reason` is the one line a user sees, always starting with
-  :data:`WRITE_FAULT_PREFIX`: ``index write failed: database or disk is full
-  (/x/index.db); free space and run rifflux index again``.
+- :func:`fault_kind` classifies an exception (SQLite's error name, its message, or
+  ``errno``; its causes too); :func:`write_fault_reason` is the one line a user sees,
+  always starting with :data:`WRITE_FAULT_PREFIX`, refining an I/O error from what it
+  can see (SQLite reports ``EFBIG`` as ``SQLITE_IOERR_WRITE``).
 - :func:`probe` finds a fault from outside, reading only (``statvfs``, the wal-index
-  header, the WAL's size): a waiting client uses it when a job has not moved, because
-  when the disk is full the workers may be unable to record anything at all.
+  header, the WAL's size), for when the workers cannot record anything at all.
+- A database path travels with the exception (:func:`tag_database`), so the reason names
+  the file whose write failed: the index, or the SQLite queue beside it.
 
-How the reason reaches a waiting client, the disk full for the job record and the log
-alike (``rifflux.queue.client`` follows all four; the first to answer ends the wait):
-
-1. the worker that meets the fault marks the job ``failed`` with the reason, retried a
-   few times (a small write often still fits: WAL space is reused after a checkpoint);
-2. it writes one ``job.write_failed`` JSON line to stderr and puts the fault in its
-   presence heartbeat (which lives in Redis, or in the queue database);
-3. a local pool's output is a pipe read by the process that started it
-   (``rifflux.queue.pool_output``), so that line arrives even when ``workers.log``
-   cannot be written;
-4. the client :func:`probe`\\ s the index and queue databases.
-
-A database path travels with the exception (:func:`tag_database`), so the reason names
-the file whose write failed: the index, or the SQLite queue whose messages carry the
-file texts (on a full disk it is often the first to fail).
+How the reason reaches a waiting client: docs/architecture.md, "Write faults".
 """
 
 from __future__ import annotations

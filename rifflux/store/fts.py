@@ -1,9 +1,7 @@
 """Every FTS5 query a search runs: the ranked BM25 SQL, the phrase and field probes.
 
-The search side (rifflux.search.lexical) decides what to ask: which table ranks (a CJK
-query's side table or ``chunks_fts``), which MATCH (rifflux.search.query builds it from
-user text), which weights and which rows are in scope. This module owns how it is asked:
-the SQL text, its parameters and the exact tie-break at the cut.
+The search side (rifflux.search.lexical) decides what to ask; this module owns how it is
+asked: the SQL text, its parameters and the exact tie-break at the cut.
 
 Invariants:
 
@@ -14,30 +12,16 @@ Invariants:
   chunk index; :func:`top_hits` widens its window until rows tied with the last kept one
   cannot lie beyond it, so the cut is exact.
 * ``+rowid IN (...)`` (not ``rowid IN``) restricts a MATCH to listed rows: FTS5's rowid
-  lookup would run the whole MATCH once per listed rowid (measured on SciFact, 2,661
-  admitted rowids: 610 ms with ``rowid IN``, 3 ms with ``+rowid IN``, the MATCH alone
-  2 ms).
-* Lexical search by bounds (issue 22, :class:`_Bounded`, MaxScore over FTS5): given the
-  OR-ed clauses of the MATCH, each clause adds less than idf × (k1 + 1) to any row's
-  bm25() (FTS5's formula, fts5_aux.c; idf from FTS5's own row count and the clause's
-  row count). The ranked SQL is first run restricted (``+rowid IN`` a MATCH of the
-  rarer clauses, plus every about match) and its rows stand when the last of the
-  window scores below what any other row can reach (−Σ bounds of the other clauses +
-  the best path bonus); the scores are FTS5's own, from the full MATCH, so identical.
-  Otherwise one wider set, chosen so that it must succeed, then the full query. The
-  phrase tier (rows holding every phrase) is exact at once when a phrase clause is
-  essential. Always the full query: a single clause, under ``BOUND_MIN_POSTINGS``
-  postings in all, candidates over ``_BOUND_SHARE`` of the rows, a filtered window the
-  candidates cannot fill, ``clauses`` not given.
-  The clause counts (:class:`ClauseCounts`) are kept per reader connection across
-  searches and dropped whenever the database is not in the state they were taken in.
-  The restricted SQL still walks every posting of the full MATCH (FTS5 filters
-  ``+rowid`` after its iterator, and computes idf by a pass over each clause's
-  postings); what it saves is bm25() and the path join for every row but the
-  candidates (BENCHMARKS.md, "Lexical search by bounds (issue 22)").
+  lookup would run the whole MATCH once per listed rowid (2,661 admitted rowids on
+  SciFact: 610 ms against 3 ms).
+* Search by bounds (:class:`_Bounded`) returns the same rows and bm25() values as the
+  full query; the clause counts it needs (:class:`ClauseCounts`) are dropped whenever the
+  database is not in the state they were taken in.
 * A search builds nothing: ``files_fts``, ``chunks_about`` and ``chunks_cjk`` are the
-  writer's, kept by triggers; an index without one (written before it existed) is asked
-  the SQL of before (:func:`any_path_matches`, :func:`any_about_matches`).
+  writer's, kept by triggers; an index without one is asked the plain chunk SQL
+  (:func:`any_path_matches`, :func:`any_about_matches`).
+
+How the bounds work: docs/architecture.md, "Lexical search by bounds".
 """
 
 from __future__ import annotations
@@ -152,7 +136,7 @@ _TOP_WITH_PATH_SQL = (
 # bonus, ``a`` holds every about match (few: one row per file at most) with its bonus
 # alone, and the union keeps each chunk's lowest. Exact: a first chunk whose text matches
 # but falls outside ``t1`` scores worse than ``t1``'s last row with the bonus, so worse
-# still without it. Only ``a`` is new work; the text matches are ranked as before.
+# still without it. Only ``a`` is extra work; the text matches are ranked as without it.
 # Binds [the path MATCH,] the about MATCH and ``where`` values, the chunk MATCH and
 # ``where`` values, then the limit twice.
 _ABOUT_CTES = (
@@ -178,7 +162,7 @@ _ABOUT_TOP = (
 # LEFT JOIN, but as one sort of both lists grouped by id. The LEFT JOIN scanned every about
 # match for every text match (SQLite built no index on the materialized CTE): at ~200k
 # generated chunks with front matter, 3.5–19 s for queries of common words, against tens
-# of milliseconds now (BENCHMARKS.md, issue 22).
+# of milliseconds this way.
 _WITH_ABOUT_BONUS = (
     "SELECT id, max(s) + coalesce(max(b), 0.0) AS score FROM ("
     "SELECT id, score AS s, NULL AS b FROM {rows} UNION ALL SELECT id, NULL, score FROM {bonus}"

@@ -24,7 +24,6 @@ from typing import Any
 from rifflux.store.connection import transaction
 from rifflux.store.faults import is_write_fault_reason
 
-JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
 FINISHED_STATES = ("completed", "failed", "cancelled")
 # Keeps job rows bounded: errors beyond this many are counted, not listed.
 MAX_ERRORS_KEPT = 200
@@ -339,10 +338,6 @@ def iter_batches(
 def delete_batches(conn: sqlite3.Connection, job_id: str) -> None:
     """Forget a job's batches (those of a plan that died before the job read planned)."""
     conn.execute("DELETE FROM job_batches WHERE job_id = ?", (job_id,))
-
-
-def pending_batches(conn: sqlite3.Connection, job_id: str) -> list[tuple[int, list[str]]]:
-    return batches_in(conn, job_id, "pending")
 
 
 def unsettled_count(conn: sqlite3.Connection, job_id: str) -> int:

@@ -200,7 +200,7 @@ def chunk_rowids(
 
     Decision and error chunks are read by joins from their small tables and notes are
     every other chunk (set difference), so ``kinds=note`` on 15k chunks costs one read of
-    the rowids rather than a correlated subquery per chunk (BENCHMARKS.md, issue 23).
+    the rowids rather than a correlated subquery per chunk.
     """
     wanted = set(kinds) if kinds is not None else set(KINDS)
     if not has_knowledge(conn):

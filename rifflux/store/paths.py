@@ -11,8 +11,8 @@ Invariants:
   the tokenizer of ``chunks_fts``; its rowid is ``files.id``. The schema's triggers on
   ``files`` keep it in step with every insert, delete and change of path, in the
   writer's own transaction, so a reader's snapshot always sees the paths of its files and
-  never builds anything: the writer pays one FTS row per file written (BENCHMARKS.md,
-  issue 12), a search only reads.
+  never builds anything: the writer pays one FTS row per file written, a
+  search only reads.
 * ``chunks_file_of`` (schema.py), a covering index on ``chunks(id, file_id)``, is how the
   search finds a matching chunk's file without reading the chunk's wide row.
 * An index created before the table existed gets it, filled from ``files``, the next time

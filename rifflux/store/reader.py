@@ -200,21 +200,36 @@ class IndexReader:
         )
         return [row[0] for row in rows]
 
-    def vector_rows(self, model: str, dim: int) -> Iterator[sqlite3.Row]:
-        """(rowid, path, chunk_index, embed hash) of every chunk with a ``model`` vector,
-        sorted by (path, chunk_index), one row at a time (a list of every row was ~370
-        bytes a row, 290 MB of a publish at 789k rows).
+    def vector_rows(
+        self, model: str, dim: int | None, rowids: Iterable[int] | None = None
+    ) -> Iterator[sqlite3.Row]:
+        """(rowid, path, chunk_index, embed hash) of the chunks with a ``model`` vector
+        (of ``dim``, unless None), one row at a time.
 
-        CROSS JOIN fixes the join order so the rows come out of the ``files(path)`` and
-        ``chunks(file_id, chunk_index)`` indexes already sorted: the planner's own order
-        (embeddings first) sorted every row in a temporary B-tree, ~1.6x the time.
+        Without ``rowids``: every such chunk, sorted by (path, chunk_index). CROSS JOIN
+        fixes the join order so the rows come out of the ``files(path)`` and
+        ``chunks(file_id, chunk_index)`` indexes already sorted; the planner's own order
+        (embeddings first) sorts every row in a temporary B-tree, ~1.6x the time. A
+        cursor, not a list: a list holds ~370 bytes a row (290 MB at 789k rows).
+
+        With ``rowids``: those of them that have such a vector, unordered (a publish's
+        changed rows, rifflux.store.changes; the cache's check of its candidates).
         """
+        dim_test = "" if dim is None else " AND e.dim = ?"
+        dim_param = () if dim is None else (dim,)
+        if rowids is not None:
+            return select_in(
+                self.conn,
+                _VECTOR_ROWS + f"WHERE e.model = ?{dim_test} AND c.id IN ({{marks}})",
+                rowids,
+                params=(model, *dim_param),
+            )
         return self.conn.execute(
             "SELECT c.id, f.path, c.chunk_index, c.embed_sha256 FROM files f "
             "CROSS JOIN chunks c ON c.file_id = f.id "
             "CROSS JOIN embeddings e ON e.chunk_id = c.chunk_id "
-            "WHERE e.model = ? AND e.dim = ? ORDER BY f.path, c.chunk_index",
-            (model, dim),
+            f"WHERE e.model = ?{dim_test} ORDER BY f.path, c.chunk_index",
+            (model, *dim_param),
         )
 
     def vector_rowids(self, model: str, dim: int) -> Iterator[int]:
@@ -234,26 +249,6 @@ class IndexReader:
             "WHERE e.model = ? AND c.id IN ({marks})",
             rowids,
             params=(model,),
-        )
-
-    def vector_rows_of_rowids(self, rowids: Iterable[int], model: str) -> Iterator[sqlite3.Row]:
-        """(rowid, path, chunk_index, embed hash) of those ``rowids`` with a ``model`` vector."""
-        return select_in(
-            self.conn,
-            _VECTOR_ROWS + "WHERE e.model = ? AND c.id IN ({marks})",
-            rowids,
-            params=(model,),
-        )
-
-    def vector_rows_at(self, rowids: Iterable[int], model: str, dim: int) -> Iterator[sqlite3.Row]:
-        """(rowid, path, chunk_index, embed hash) of those ``rowids`` with a ``model``
-        vector of ``dim``, unordered, one at a time: :meth:`vector_rows` for the rows a
-        publish was told changed (rifflux.store.changes)."""
-        return select_in(
-            self.conn,
-            _VECTOR_ROWS + "WHERE e.model = ? AND e.dim = ? AND c.id IN ({marks})",
-            rowids,
-            params=(model, dim),
         )
 
     def vector_of_chunk(self, path: str, chunk_index: int) -> bytes | None:

@@ -175,7 +175,7 @@ END;
 # place (the writer's upsert conflicts on it; a rename is a delete and an insert), but the
 # update trigger keeps the table right if one ever did. ``chunks_file_of`` is the narrow
 # (id, file_id) index the path bonus joins each matching chunk through, instead of the
-# wide ``chunks`` row (BENCHMARKS.md, issue 12).
+# wide ``chunks`` row.
 PATHS_SQL = f"""
 CREATE VIRTUAL TABLE IF NOT EXISTS files_fts USING fts5(
     path,

@@ -6,7 +6,7 @@ every segment for each of its terms (and skips the postings deleted since). Afte
 that rewrote a large share of the index, :func:`merge_after_job` runs FTS5's
 ``'optimize'`` (every segment into one; deleted postings dropped) on each FTS5 table,
 then gives the pages that freed (and those of the rows the job replaced) back to the file
-system (:func:`release_free_pages`): they were ~17 % of a fresh index's file (issue 22).
+system (:func:`release_free_pages`): they are ~17 % of a fresh index's file.
 
 Invariants:
 
@@ -24,15 +24,10 @@ Invariants:
 * The segment count comes from FTS5's own structure record (one row of ``<table>_data``),
   so deciding costs one row read per table.
 * A transaction of a job that will be optimized anyway may write with automerge off
-  (:func:`merges_deferred`): automerge folds each new segment level by level (work
-  proportional to what a transaction writes times the levels), and ``'optimize'``
-  rewrites it all once more at the end, so a full awesome-copilot job merged its
-  postings ~3 times inside its write transactions (the lock both workers queue on) for
-  nothing. The setting is changed and restored inside that transaction (a crash rolls
-  both back), and the transaction leaves :data:`MERGE_PENDING_KEY` in
-  ``index_metadata``: the next :func:`merge_after_job` optimizes whatever its own
-  policy says, then clears it, so segments left by a job that never finalized are merged
-  by the next one.
+  (:func:`merges_deferred`), changed and restored inside that transaction, which leaves
+  :data:`MERGE_PENDING_KEY` in ``index_metadata``; the next :func:`merge_after_job`
+  optimizes and clears it, so a job that never finalized is merged by the next one
+  (why: docs/architecture.md, "Storage").
 """
 
 from __future__ import annotations
@@ -139,8 +134,8 @@ def merges_deferred(conn: sqlite3.Connection) -> Iterator[None]:
     """Inside a write transaction: the FTS5 writes of the body merge no segments, and the
     index records that an ``'optimize'`` is pending (module docstring). For the writes of
     a job that :func:`merge_after_job` will optimize: each FTS5 table's ``automerge`` is 0
-    for the body, then what it was (its ``<table>_config`` row as before: none by
-    default). An exception propagates and the caller's rollback undoes it all."""
+    for the body, then its previous value again (its ``<table>_config`` row restored:
+    none by default). An exception propagates and the caller's rollback undoes it all."""
     if not conn.in_transaction:
         raise RuntimeError("merges_deferred belongs inside a write transaction")
     before = {table: _automerge_row(conn, table) for table in FTS5_TABLES}
@@ -232,7 +227,7 @@ def merge_after_job(
 def release_free_pages(conn: sqlite3.Connection) -> int:
     """Give the database's free pages back to the file system; how many there were.
 
-    An index created since issue 22 has ``auto_vacuum=INCREMENTAL``
+    An index created by this version has ``auto_vacuum=INCREMENTAL``
     (rifflux.store.connection), so ``PRAGMA incremental_vacuum`` moves its last pages into
     the free ones and truncates the file. An older index (``auto_vacuum`` off) keeps its
     free pages for later writes to reuse: 0; so does a caller's open transaction (the

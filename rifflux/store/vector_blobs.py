@@ -2,10 +2,10 @@
 
 Searches score int8 rows only (rifflux.vectors.quantize): each row scaled by
 ``127 / max |v_i|`` (in float64) and rounded half-to-even, so its largest component is
-±127. The database used to keep the float32 row (4 bytes a component) and the cache
-quantized it at every publish; it now keeps the quantized row (1 byte a component), so
-the ``embeddings`` table is a quarter of the bytes (issue 22: 395 MB of a 744 MB index
-at ~200k chunks) and the cache, hence every search result, stays bit-identical:
+±127. The database keeps the quantized row (1 byte a component), not the float32 one
+(4 bytes), so the ``embeddings`` table is a quarter of the bytes (float32 rows take 395
+MB of a 744 MB index at ~200k chunks), and the cache, hence every search result, stays
+bit-identical:
 quantizing an int8 row again is the identity (its peak is already 127, so each
 component is multiplied by 127 and divided by 127, exactly, in float64; a zero row stays
 zero).
@@ -26,7 +26,7 @@ import numpy as np
 # Largest magnitude of a quantized component.
 QMAX = 127
 # Rows quantized per float64 pass: float64 temporaries of a whole 9,101-row matrix made a
-# worker's publish peak at 88 MB (BENCHMARKS.md, Small ONNX workers).
+# worker's publish peak at 88 MB.
 QUANTIZE_BLOCK_ROWS = 1024
 # Longest row whose int8 dot products stay exact in float32: dim · 127² < 2**24.
 MAX_EXACT_DIM = (2**24 - 1) // (QMAX * QMAX)

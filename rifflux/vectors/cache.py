@@ -1,42 +1,21 @@
 """The front process's view of the vector cache: memory-mapped, checked on every search.
 
-Per search the cache costs one ``os.stat`` of the manifest (reload when its inode,
-mtime or size moved) and one SQLite read (the index generation and the cache uid).
+Invariants:
 
-Staleness policy:
+* Per search the cache costs one ``os.stat`` of the manifest (reload when its inode,
+  mtime or size moved) and one SQLite read (the index generation and the cache uid).
+* A search never returns a row the database does not hold at its generation: a fresh
+  cache's rows are compared with the database once per loaded manifest
+  (:func:`rows_mismatch`), a stale one's hits are kept only if their chunk row still has
+  the same identity, a missing one is served from an in-memory copy built from SQLite.
+* A damaged cache raises :class:`CacheCorrupt` with the reason (the verdict kept per
+  manifest stat key, so it is hashed once); the search service then answers with
+  lexical results and a warning. The reader does not repair: the next publish does.
+* Readers never write: this module loads and reloads published generations and never
+  publishes, never creates a file beside the database and never writes the database.
 
-* fresh (manifest generation == index generation): search the segments; the rows are
-  exactly the database's rows at that generation.
-* stale (a job has written batches that are not published yet, or something wrote
-  without publishing): search the lagging segments anyway, over-fetch, and keep only
-  hits whose chunk row still exists with the same identity (one extra SQLite read);
-  search again with more candidates if too few survive. Rows added since the manifest
-  are not found until the next publish, which is a writer's: a job publishes when it
-  finalizes, the in-process indexer when it ends, ``rifflux index --repair`` on demand.
-  So a finished job's chunks are found by the next search.
-* missing (no manifest, one of a format this version does not read, or one of another
-  database or model): the search serves an in-memory copy built from SQLite (read-only)
-  for that generation, rebuilt when the generation moves, until a writer publishes.
-* corrupt (a file does not match its checksum or row count, the manifest is damaged or
-  names files that do not exist, or a fresh cache's row identities differ from the
-  database's rows at its generation): :meth:`VectorCache.search` raises
-  :class:`CacheCorrupt` with the reason, and the search service answers with lexical
-  results and a warning instead of semantic ones that may be wrong. The reader does not
-  repair: the next writer's publish does (any job, or ``rifflux index --repair``), since
-  it refuses to reuse an unverified row. The verdict is kept per manifest stat key, so a
-  corrupt cache is hashed once, not at every search.
-* outdated (format 1, written before checksums, or 2, float32 rows): served as stale
-  (rows quantized in memory at load, per-hit validation, ``reason`` in the status); the
-  next writer's publish republishes it in the new format.
-
-Row ids are compared with the database's once per loaded manifest, when its generation
-is the database's (:func:`rows_mismatch`: one read of the rowids, ~17 ms per 24k rows).
-
-Readers never write (Tantivy's rule: writers make immutable segments, readers only
-reload): this module loads and reloads published generations and never publishes,
-never creates a file beside the database and never writes the database, so a search
-of any index, even one opened with ``db_path`` from elsewhere, writes nothing at all.
-Publishing is :mod:`rifflux.vectors.publish`, called by writers only.
+The states (fresh, stale, missing, corrupt, outdated formats): docs/architecture.md,
+"The vector cache".
 """
 
 from __future__ import annotations
@@ -53,6 +32,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from rifflux.errors import CacheCorrupt, CacheUnusable
 from rifflux.store.connection import transaction
 from rifflux.store.reader import IndexReader, get_metadata
 from rifflux.vectors.hnsw import DEFAULT_EF, search_verdict
@@ -67,8 +47,6 @@ from rifflux.vectors.scan import Candidate, search_segments
 from rifflux.vectors.segments import (
     META_IDENT,
     META_ROWID,
-    CacheCorrupt,
-    CacheUnusable,
     Manifest,
     Segment,
     StatKey,
@@ -478,6 +456,6 @@ def _still_current(
 ) -> Callable[[Candidate], bool]:
     """A predicate: does the candidate's chunk row still exist, unchanged, with a vector?"""
     ids = sorted({c.row_id for c in candidates})
-    rows = IndexReader(conn).vector_rows_of_rowids(ids, model)
+    rows = IndexReader(conn).vector_rows(model, None, ids)
     current = {int(r[0]): row_ident(r[0], r[1], r[2], r[3]) for r in rows}
     return lambda c: current.get(c.row_id) == c.ident

@@ -1,69 +1,24 @@
 """HNSW graphs beside the exact segments: approximate candidates for large indexes.
 
-An exact scan reads every row (~40-70 ms at 1M int8 rows on this machine); an HNSW
-graph visits a few thousand. So a segment with many rows may carry one graph file:
+A segment with many rows may carry one graph file, ``<sid>.hnsw-<token>.usearch`` (a
+usearch index: int8 rows, cosine, keys = row positions). Invariants:
 
-    <sid>.hnsw-<token>.usearch   a usearch index (int8 rows, cosine, keys = row positions)
-
-Invariants:
-
-* **Writer-side only.** A graph is built by the publisher (:func:`attach_hnsw`, called
-  from :mod:`rifflux.vectors.publish`) for a segment it writes or keeps, never by a
-  search. It is written through a temporary file and ``os.replace``, named in the
-  manifest with its sha256 like every segment file, and never written twice: it is as
-  immutable as the segment whose rows it indexes, so a search during a publish sees one
-  consistent generation (the manifest it loaded names the rows, tombstones and graph).
+* **Writer-side only.** The publisher builds a graph (:func:`attach_hnsw`), never a
+  search; it is written through a temporary file and ``os.replace``, named in the
+  manifest with its sha256, and as immutable as its segment.
 * **Measured where it is used.** A graph checks its own recall@10 against the exact scan
-  when it is built (:func:`measure_recall`): ``CHECK_QUERIES`` rows of the segment, drawn
-  with a fixed seed (``CHECK_SEED``), each used as a query, searched as a reader does
-  (``DEFAULT_EF`` candidates rescored exactly). The query row itself is excluded from
-  both sides: it is its own nearest neighbour, found trivially, and would add up to 0.1
-  to every query's recall. Rows tied with the exact 10th score count as found. (The
-  sample is fixed, the multi-threaded build is not: two builds of the same rows may
-  measure a little apart, e.g. 0.637 and 0.659 for 2,000 random rows.) The
-  measure goes into the manifest (``hnsw_recall`` of the segment entry); a graph below
-  ``RECALL_FLOOR`` is not written at all, even under ``RIFFLUX_VECTOR_INDEX=hnsw``: the
-  segment is scanned exactly and the manifest keeps the refused recall, so ``index_status``
-  can say why (:func:`search_verdict`) and the next publish does not build it again (rows
-  are immutable; a rewritten segment is a new one, checked anew). A graph named by a
-  manifest written before these checks (no ``hnsw_recall``) is *unchecked*: readers scan
-  its segment exactly (they neither verify nor map it), and the next publish that wants
-  a graph there measures the existing one (no rebuild) and records its recall, or drops
-  it. The check cost 2.2 s of CPU at 200k rows, ~0.5 % of the build (400-550 s).
-* **A sample first** (:func:`sample_recall`). The build is the cost (~1 ms of CPU a row),
-  and a graph that will be refused costs it all for nothing: a job of 100k generated
-  files spent ~10 of its 14 minutes building three graphs of hash vectors, each refused.
-  So a segment of more than ``2 * SAMPLE_ROWS`` rows is first checked with a graph of
-  ``SAMPLE_ROWS`` of its rows (fixed seed): recall at a fixed ``ef`` falls as a graph
-  grows (hash vectors of generated text: 0.998 / 0.976 / 0.933 / 0.833 on samples of
-  2k / 5k / 10k / 20k of 200k rows, 0.361 on all of them), so a sample below
-  ``RECALL_FLOOR`` refuses the segment's graph unbuilt, with the sample's recall
-  recorded. A sample that passes proves nothing for the whole: the whole graph is then
-  built and checked as above.
-* **Deleted chunks never come back.** A graph indexes its segment's rows as they were
-  written; tombstones are applied to its candidates exactly as to a scan, and a full
-  rewrite builds a new graph for each new base segment.
-* **Exact scores.** The graph only proposes candidates (``max(limit, ef)`` of them);
-  they are rescored with the exact int8 cosine (:mod:`rifflux.vectors.quantize`) and
-  ordered with the (path, chunk_index) tie-break, so a reported ``cosine`` is exact and
-  the order deterministic for a given index. If tombstones leave fewer live candidates
-  than asked for, the search widens, and finally scans the segment exactly.
-* **Which segments get one** (``RIFFLUX_VECTOR_INDEX``): ``auto`` builds a graph for a
-  segment of at least ``HNSW_MIN_ROWS`` rows, ``hnsw`` for every segment, ``exact`` for
-  none; a reader set to ``exact`` ignores graphs (it neither verifies nor maps them).
-  In every mode a graph is only used if its measured recall reaches ``RECALL_FLOOR``.
-* **Small front process.** A reader memory-maps the saved graph (usearch ``view``), so
-  its pages are file-backed and shared, not anonymous memory of the search process.
+  when built (:func:`measure_recall`; a large segment first on a sample,
+  :func:`sample_recall`); below ``RECALL_FLOOR`` it is not written, in any mode, and the
+  manifest keeps the refused recall so the next publish does not build it again. A graph
+  without a recorded recall is unchecked: readers scan its segment exactly.
+* **Exact scores.** A graph only proposes candidates; tombstones are applied to them as
+  to a scan, and they are rescored with the exact int8 cosine and ordered with the
+  (path, chunk_index) tie-break.
+* **Which segments get one** (``RIFFLUX_VECTOR_INDEX``): ``auto`` those of at least
+  ``HNSW_MIN_ROWS`` rows, ``hnsw`` every one, ``exact`` none (and a reader set to
+  ``exact`` ignores graphs).
 
-Measured (BENCHMARKS.md, "Approximate vector search"): usearch chosen over hnswlib
-(int8 storage, one file, ``view``); connectivity 16, expansion_add 128, ef 200 reach
-recall@10 0.997 against the exact scan on 1M clustered synthetic rows (ef 50, CFS-012's
-value, only 0.934: some queries end in the wrong cluster). ``HNSW_MIN_ROWS`` is where an
-exact scan stops being a few milliseconds; whether a graph is used is the measured
-recall's call, not the size's: at 200k rows, noisy copies of real ONNX vectors measured
-0.895 (held-out real queries 0.814) and hash vectors of generated text 0.361, both
-refused, while real ONNX rows measured 0.996 (BENCHMARKS.md, "HNSW measured where it is
-used (issue 22)").
+Measurements behind the settings: docs/architecture.md, "HNSW graphs".
 """
 
 from __future__ import annotations
@@ -79,12 +34,12 @@ import numpy as np
 
 from rifflux.vectors.pages import gather_rows
 
-# Graph settings (BENCHMARKS.md, "Approximate vector search").
+# Graph settings: recall@10 0.997 on 1M clustered rows with DEFAULT_EF.
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-# Search breadth (RIFFLUX_HNSW_EF overrides it per reader). CFS-012 uses 50, which
-# measured recall@10 0.934 (some queries 0.0) on 1M clustered rows; 100: 0.967; 200:
-# 0.997 (min 0.9) at 2.6 ms p50 (BENCHMARKS.md, "Approximate vector search").
+# Search breadth (RIFFLUX_HNSW_EF overrides it per reader). On 1M clustered rows, ef 50
+# measured recall@10 0.934 (some queries 0.0); 100: 0.967; 200: 0.997 (min 0.9) at
+# 2.6 ms p50.
 DEFAULT_EF = 200
 # ``auto`` builds a graph for segments of at least this many rows.
 HNSW_MIN_ROWS = 200_000

@@ -1,79 +1,23 @@
 """Publish the vector cache for the index's current generation.
 
-Only writers call :func:`publish`: when a job finalizes (``rifflux.index.pipeline.finalize``),
-at the end of an in-process :class:`~rifflux.index.indexer.Indexer` run, and in
-``rifflux index --repair``. Searches never publish (:mod:`rifflux.vectors.cache` only
-loads published generations), so publishing is the one place that writes the cache
-directory and creates the database's cache uid.
+Invariants:
 
-One publish reads the database once, in one read transaction (so the rows, the vectors
-and the generation all come from the same state). What it reads is in proportion to the
-change (issue 22): the chunk rowids logged in the index's change log since the position
-its manifest records (:mod:`rifflux.store.changes`: triggers log every chunk deleted and
-every vector attached or removed, whichever writer wrote it), those rows' identities,
-and the vectors of only the rows the cache lacks. Every cached live row at a logged
-rowid whose identity the database no longer has becomes a tombstone of the segment that
-holds it; every row at a logged rowid that the cache lacks goes to a delta segment. The
-rows at rowids not logged are, by the log's completeness, as the cache holds them, so
-the result is the cache a full listing would build (``tests/vectors/
-test_vector_publish_delta.py`` checks it after random edits, deletes, adds and renames);
-a full rewrite or a fold takes the kept rows from the segments themselves, not from the
-database. At 10k generated files one edit's publish read ~20 rows instead of 79k
-(BENCHMARKS.md, "Publish in proportion to the change").
+* Only writers publish: a job's finalize (``rifflux.index.pipeline.finalize``), the end of
+  an in-process :class:`~rifflux.index.indexer.Indexer` run, ``rifflux index --repair``.
+  Searches never do, so this is the one place that writes the cache directory and
+  creates the database's cache uid. One :class:`Publish` owns one publish under the
+  lock; its ``run`` is the steps, in order.
+* One publish reads the database once, in one read transaction: rows, vectors and
+  generation come from one state. It reads in proportion to the change (the chunk
+  rowids logged since its manifest's position, :mod:`rifflux.store.changes`) and lists
+  every row only when it cannot trust the log; either way the result is the cache a full
+  listing would build (``tests/vectors/test_vector_publish_delta.py``).
+* Memory is bounded: one block of ``READ_BLOCK_ROWS`` vectors and ~80 bytes a row.
+* A file is deleted only when neither the new nor the previous manifest names it, and a
+  cache that cannot be trusted (corrupt, mismatched, an older format) is republished in
+  full, never built on.
 
-It lists every chunk row that has a vector of the index's model instead, and diffs
-that list against the manifest by row identity, when it cannot trust the log from its
-manifest's position: no reusable cache, a manifest without a position (an older
-publisher's: the first publish after an upgrade lists once), a log pruned past it, an
-index without the log, or more log entries than ``LIST_ALL_FRACTION`` of the cached rows
-(reading them all is then cheaper). ``PublishResult.rows_read`` says how many rows it
-looked up. After writing the manifest it prunes the log entries the manifest includes.
-One :class:`Publish` owns one publish under the lock: its ``run`` is the steps, in order.
-
-Segments: the manifest's first ``base_segments`` segments are base segments, written
-by a full publish, the rest deltas. A full publish (the first one, a repair, a full
-rewrite) writes the rows, in (path, chunk_index) order, as base segments of
-``BASE_SEGMENT_ROWS`` rows (the last one the remainder), one at a time, and each
-segment's vectors ``READ_BLOCK_ROWS`` at a time: read from the database or copied from
-the reused segments, written, and dropped before the next block is read. The listing is
-compact (int64 columns, each path once, read row by row from the cursor). So a full
-publish holds one block of vectors and ~80 bytes a row, not every row's vector and a
-Python object per row (issue 22, 800k rows: 759 -> 137 MiB peak RSS, BENCHMARKS.md "A
-full publish in bounded memory"). Graphs are built after the read transaction, one
-segment at a time, from the written segment memory-mapped.
-Searches merge every segment's top k exactly (:mod:`rifflux.vectors.scan`), so how the
-rows are split changes no exact result.
-
-Compaction policy (the constants below):
-
-* full rewrite: when delta rows + tombstones would exceed ``COMPACT_FRACTION`` of the
-  base segments' rows, all live rows are rewritten as new base segments;
-* fold: when a new delta would make more than ``MAX_SEGMENTS`` segments, the base
-  segments counted as one, every delta segment is rewritten together with the new rows
-  as one delta (the base segments are kept);
-* otherwise the new rows are appended as one more delta segment.
-
-A delta or a fold is one segment whatever its size: at most ``COMPACT_FRACTION`` of the
-base rows (beyond that the publish is a full rewrite).
-
-Reader safety of deleting old files: a reader reads the manifest in one ``read()``
-(``os.replace`` makes it see either the old or the new file, never a mix) and then
-memory-maps the segments it names. Files are deleted only when neither the new nor the
-previous manifest names them. On Linux a deleted file that is still memory-mapped stays
-readable until the mapping goes, so a reader that has loaded a generation keeps using it
-safely; a reader that read a manifest two publishes old and finds a file gone re-reads
-the manifest (the newer one exists before anything is deleted).
-
-Repair: a publisher never builds on a cache it cannot trust. It verifies the current
-segments' checksums before reusing a single row (``load_segment``), and at an unchanged
-generation it compares the cached rows' identities with the database's before answering
-"unchanged". A corrupt cache, one whose rows do not match the database, or one of an
-older format (:func:`~rifflux.vectors.segments.format_is_current`) is republished in full
-from the embedding BLOBs, so any job, even one that changed nothing, repairs it;
-``publish(..., full=True)`` (``rifflux index --repair``) republishes unconditionally.
-A job's finalize passes ``trust_stamps``: at an unchanged generation, a manifest whose
-files all still have the stat keys it recorded when it was published is "unchanged"
-without hashing a segment or listing a row (:func:`_as_published` says what that trusts).
+Segments, compaction, reader safety and repair: docs/architecture.md, "The vector cache".
 """
 
 from __future__ import annotations
@@ -94,6 +38,7 @@ import numpy as np
 import structlog
 
 from rifflux.config import Settings
+from rifflux.errors import CacheCorrupt, CacheUnusable
 from rifflux.store import changes
 from rifflux.store.connection import (
     INDEX_UID_KEY,
@@ -113,8 +58,6 @@ from rifflux.vectors.segments import (
     META_PATH,
     META_ROWID,
     TMP_PREFIX,
-    CacheCorrupt,
-    CacheUnusable,
     Manifest,
     Segment,
     SegmentRef,
@@ -236,7 +179,7 @@ def changed_rows(
     them that have a ``model`` vector now, sorted by (path, chunk_index) (call inside the
     read transaction)."""
     changed = np.unique(np.fromiter(changes.changed_rowids(conn, since), dtype=np.int64))
-    rows = IndexReader(conn).vector_rows_at(changed.tolist(), model, dim)
+    rows = IndexReader(conn).vector_rows(model, dim, changed.tolist())
     return changed, _db_rows(generation, model, dim, rows)
 
 

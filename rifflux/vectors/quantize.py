@@ -2,8 +2,8 @@
 
 A float32 dot product's last bits depend on the order its terms are summed in, which
 varies with the BLAS build, the thread count, the CPU and where a row sits in a matrix,
-so two machines could order near-ties differently. CFS-012 asks that identical queries
-give identical results everywhere. So every stored row, and the query, is quantized:
+so two machines could order near-ties differently. Identical queries must give identical
+results everywhere, so every stored row, and the query, is quantized:
 
 * **Quantization** (:func:`~rifflux.store.vector_blobs.quantize_rows`, in the store
   because the database keeps the quantized rows): each row is scaled by
@@ -27,13 +27,9 @@ give identical results everywhere. So every stored row, and the query, is quanti
   approximate scores are themselves identical everywhere. Rows within ``SCORE_MARGIN``
   of the k-th are rescored exactly (:mod:`rifflux.vectors.scan`).
 
-Measured (BENCHMARKS.md, "Deterministic int8 scores"): 384 bytes per row instead of
-1,536 (a quarter); SciFact nDCG@10 within 0.001 of float32 in semantic and hybrid mode.
-The scan (:func:`integer_dots`) runs NumKong's int8 dot-product kernels (the SIMD library
-usearch is built on) on the calling thread: they accumulate in int32, so they are exact
-whatever the CPU's instruction set, and cost ~2.3 ms of CPU per 100k rows where numpy's
-float32 product of the old float32 rows cost ~8 ms and an int8-to-float32 conversion
-followed by a float32 product ~12 ms.
+The scan (:func:`integer_dots`) runs NumKong's int8 dot-product kernels on the calling
+thread: they accumulate in int32, so they are exact whatever the CPU's instruction set.
+What this costs and saves: docs/architecture.md, "Deterministic scores".
 """
 
 from __future__ import annotations

@@ -4,70 +4,22 @@ Layout of ``<db file>.vectors/`` (next to the index database)::
 
     current.json                 the manifest, replaced atomically with os.replace
     <sid>.vec.npy                int8 [rows, dim], each row quantized to ±127
-                                 (:mod:`rifflux.vectors.quantize`)
     <sid>.meta.npy               int64 [rows, 5]: chunk rowid, identity, path ordinal,
                                  chunk_index, the int8 row's exact squared norm; rows
                                  sorted by (path, chunk_index)
-    <sid>.paths.json             the segment's distinct paths, sorted (path ordinal → path)
-    <sid>.dead-<token>.npy       int64 sorted row positions of the segment that are
-                                 tombstoned (their chunk was deleted or rewritten)
-    <sid>.hnsw-<token>.usearch   optional HNSW graph of the segment's rows
-                                 (:mod:`rifflux.vectors.hnsw`)
+    <sid>.paths.json             the segment's distinct paths, sorted (ordinal → path)
+    <sid>.dead-<token>.npy       int64 sorted row positions tombstoned in the segment
+    <sid>.hnsw-<token>.usearch   optional HNSW graph (:mod:`rifflux.vectors.hnsw`)
     publish.lock                 flock held by whoever publishes
 
-A segment id ``<sid>`` is the generation it was written at plus a random token, and a
-file is never written twice under one name: every file a manifest names is immutable.
-
-The manifest (``current.json``)::
-
-    {"format": 3, "index_uid": "...", "generation": 42, "model": "hash:384", "dim": 384,
-     "source": "finalize", "published_at": 1700000000.0, "rows": 1234,
-     "segments": [{"id": "...", "rows": 1200, "dead": "<file>" | null, "dead_rows": 3,
-                   "hnsw": "<file>" | null, "hnsw_recall": 0.991 | null,
-                   "sha256": {"<file>": "<hex digest>", ...}}],
-     "stat": {"<file>": [device, inode, mtime_ns, size], ...}, "changes": 1234 | null,
-     "base_segments": 1}
-
-``hnsw_recall`` is the recall@10 its graph measured when it was built
-(:func:`rifflux.vectors.hnsw.measure_recall`): a segment with ``"hnsw": null`` and a
-recall had its graph refused (below ``RECALL_FLOOR``: scanned exactly, not built again);
-a graph without one (a manifest written before the check; the key is optional, so those
-still load in format 3) is unchecked and not searched until a publish measures it.
-
-``generation`` is the index generation whose rows the manifest holds exactly;
-``index_uid`` ties it to one database (a rebuilt database starts over at generation 0).
-``stat`` (optional; readers ignore it) records each file's :data:`StatKey` as the
-publisher left it, so a later writer can tell "nothing touched the cache" with a few
-stats (:func:`files_as_published`) instead of hashing it and reading every row.
-``changes`` (optional; readers ignore it) is the position in the index's chunk change log
-(:mod:`rifflux.store.changes`) that the rows include: the next publisher reads only the
-rows logged after it.
-``base_segments`` (optional; readers ignore it; 1 when absent, as every older publisher
-wrote one base segment) is how many of the leading segments a full publish wrote: the
-others are deltas (the publisher's compaction policy, :mod:`rifflux.vectors.publish`).
-
-Integrity (formats 2 and 3): every file a segment names has its sha256 in the manifest,
-computed while the file is written (no second read). A reader verifies each file against
-it before mapping it, and checks the row count against the ``.npy`` shapes; a mismatch
-raises :class:`CacheCorrupt`, never a silently wrong search. Verifying hashes every byte
-(sha256 runs at ~1.8 GB/s with SHA-NI here: ~5 ms for 24k x 384 int8 rows, ~0.25 s for
-1M), so a process verifies one file once per (path, device, inode, size, mtime): files
-are immutable by contract, and any write to one or any replacement changes that key.
-Readers re-stat the mapped files on every search (see ``Segment.stamps``), so damage done
-after a file was verified is noticed by the next search of a long-running server.
-
-Format versions are decided here and only here (:func:`format_is_current`,
-:data:`READABLE_FORMATS`): format 1 (no checksums) and format 2 (float32 rows, 4 meta
-columns) are still read (their rows quantized in memory at load, so they score exactly
-as format 3 does), reported stale, and republished in full by the next writer.
-
-A row's *identity* is a 64-bit hash of (chunk rowid, path, chunk_index, embed_sha256):
-SQLite may hand a deleted chunk's rowid to a new chunk, so a rowid alone cannot tell
-whether a cached row still describes the chunk that now has that rowid.
-
-This module is the format only: writing, verifying and loading files into
-:class:`Segment` values. Searching loaded segments is :mod:`rifflux.vectors.scan`, which
-reads no file; publishing a generation is :mod:`rifflux.vectors.publish`.
+Invariants: every file a manifest names is immutable (never written twice under one
+name) and has its sha256 in the manifest; a reader verifies a file before mapping it
+(once per stat key) and re-stats mapped files on every search, so a mismatch raises
+:class:`CacheCorrupt`, never a silently wrong search. Format versions are decided here
+only (:func:`format_is_current`, :data:`READABLE_FORMATS`). This module is the format
+only: searching loaded segments is :mod:`rifflux.vectors.scan`, publishing
+:mod:`rifflux.vectors.publish`. The manifest's fields and the integrity design:
+docs/architecture.md, "The manifest".
 """
 
 from __future__ import annotations
@@ -86,6 +38,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import structlog
 
+from rifflux.errors import CacheCorrupt, CacheUnusable
 from rifflux.vectors.hnsw import (
     DEFAULT_EF,
     SAMPLE_ROWS,
@@ -122,15 +75,6 @@ WRITE_BLOCK_BYTES = 1 << 20
 META_ROWID, META_IDENT, META_PATH, META_INDEX, META_SQNORM = range(5)
 META_COLUMNS = 5
 OLD_META_COLUMNS = 4
-
-
-class CacheUnusable(Exception):
-    """The cache cannot be used as it is (e.g. a format this version does not read)."""
-
-
-class CacheCorrupt(CacheUnusable):
-    """The cache is damaged: a file does not match its checksum, its row count or the
-    database's rows. The message is the reason, fit to show a user."""
 
 
 def format_is_current(fmt: int) -> bool:

@@ -16,6 +16,7 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import IndexedTree, server_command
+from rifflux_testing import free_port
 
 BOOT_TIMEOUT_S = 30.0
 INITIALIZE = {
@@ -53,12 +54,6 @@ class HttpServer:
         status = Path(f"/proc/{self.pid}/status").read_text()
         line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
         return int(line.split()[1])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until_listening(proc: subprocess.Popen[bytes], port: int) -> None:

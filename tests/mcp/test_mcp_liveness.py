@@ -26,6 +26,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import IndexedTree, anyio_backend_fixture, server_command  # noqa: F401
+from rifflux_testing import free_port
 
 from rifflux.index.indexer import Indexer
 
@@ -54,12 +55,6 @@ def deep_tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
     tree = IndexedTree(root=root, db_path=root / ".rifflux" / "index.db")
     Indexer(tree.settings()).run([root])
     return tree
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

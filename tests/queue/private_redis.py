@@ -7,7 +7,6 @@ persistence, so a restart loses every key, as a crashed cache-only Redis does).
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,18 +14,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from rifflux_testing import free_port
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def redis_server_available() -> bool:
     return Path(REDIS_SERVER).is_file()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateRedis:

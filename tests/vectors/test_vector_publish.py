@@ -42,12 +42,6 @@ def cfg(tmp_path: Path) -> Settings:
     return make_settings(tmp_path, min_chunk_chars=0, max_chunk_chars=200)
 
 
-@pytest.fixture
-def no_publish_on_index(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Index without the Indexer's publish hook: writes that bypass the cache."""
-    monkeypatch.setattr("rifflux.index.indexer.publish_quietly", lambda *a, **k: None)
-
-
 def live_keys(db_path: Path) -> set[tuple[str, int]]:
     view = open_view(vectors_dir(db_path))
     assert view is not None

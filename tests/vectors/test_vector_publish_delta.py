@@ -32,6 +32,9 @@ from rifflux.vectors.segments import (
     vectors_dir,
 )
 
+# Each test publishes itself, to see the result.
+pytestmark = pytest.mark.usefixtures("no_publish_on_index")
+
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "omega")
 
 
@@ -46,12 +49,6 @@ def doc(rng: random.Random, sections: int) -> str:
 @pytest.fixture
 def cfg(tmp_path: Path) -> Settings:
     return make_settings(tmp_path, min_chunk_chars=0, max_chunk_chars=120, vector_index="exact")
-
-
-@pytest.fixture(autouse=True)
-def no_publish_on_index(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test publishes itself, to see the result."""
-    monkeypatch.setattr("rifflux.index.indexer.publish_quietly", lambda *a, **k: None)
 
 
 def run_publish(db_path: Path, **kwargs: object) -> PublishResult:

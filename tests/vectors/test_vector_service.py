@@ -48,12 +48,6 @@ def root(tmp_path: Path) -> Path:
     return docs
 
 
-@pytest.fixture
-def no_publish_on_index(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Index without the Indexer's publish hook: writes that bypass the cache."""
-    monkeypatch.setattr("rifflux.index.indexer.publish_quietly", lambda *a, **k: None)
-
-
 def naive_semantic(db_path: Path, query: str, top_k: int) -> list[tuple[str, int, float]]:
     """Every stored vector read from SQLite; contract order (-cosine, path, chunk_index)."""
     q = HashEmbedder().embed_batch([query])[0].astype(np.float64)
