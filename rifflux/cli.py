@@ -34,7 +34,7 @@ from rifflux.search.service import SearchService
 from rifflux.status import check_index, index_status
 
 if TYPE_CHECKING:
-    from rifflux.index.indexer import IndexReport
+    from rifflux.index.report import IndexReport
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -209,7 +209,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         _print_json(record.to_dict())
     else:
         from rifflux.embed.factory import embedder_label_for
-        from rifflux.index.indexer import IndexReport
+        from rifflux.index.report import IndexReport
 
         _print_report(IndexReport.from_job(record, embedder_label_for(settings)))
     return 0 if record.state == "completed" else EXIT_ERROR

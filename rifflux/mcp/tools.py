@@ -62,7 +62,7 @@ from rifflux.index.allowed import (
     unsafe_default_root,
 )
 from rifflux.index.denied import refused_secret, secret_reason
-from rifflux.index.indexer import IndexReport
+from rifflux.index.report import IndexReport
 from rifflux.index.scan import glob_mismatch, require_roots
 from rifflux.reindex import Reindexer
 from rifflux.search.budget import budget_response, within_limit
