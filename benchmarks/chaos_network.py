@@ -49,7 +49,7 @@ from test_jobs_e2e import TEST_ACTORS, reference_rows  # noqa: E402
 
 from rifflux.config import Settings  # noqa: E402
 from rifflux.queue import names  # noqa: E402
-from rifflux.queue.client import IndexQueue  # noqa: E402
+from rifflux.reindex.runner import JobRunner as IndexQueue  # noqa: E402
 from rifflux.store.jobs import JobRecord  # noqa: E402
 
 DRAMATIQ_DEFAULTS = "heartbeat_timeout_ms=60000&maintenance_interval_ms=none"

@@ -32,7 +32,7 @@ from corpus_sample import copy_files
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from workers.launcher import launch_local_pool, onnx_threads_per_worker
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"

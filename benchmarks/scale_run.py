@@ -50,7 +50,7 @@ from scale_corpus import Vocabulary, generate
 from scale_mcp import main_mcp
 
 from rifflux.config import Settings
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
 

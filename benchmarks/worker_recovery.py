@@ -75,7 +75,7 @@ def moved_again(queue_db: Path, message_ids: set[str], dead_pid: int) -> bool:
 def run(setup: str, corpus: Path, kills: int) -> dict[str, object]:
     sys.path.insert(0, str(REPO))
     from rifflux.config import Settings
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex.runner import JobRunner as IndexQueue
     from workers.launcher import worker_environment
 
     workdir = Path(tempfile.mkdtemp(prefix=f"rifflux-recovery-{setup}-"))

@@ -272,7 +272,7 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
 def job_progress(
     stream: Any, clock: Callable[[], float] | None = None
 ) -> tuple[Callable[[Any], None], PhaseProgress]:
-    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning
+    """A progress callback for Reindexer.wait: one bar per phase of the job (scanning
     and chunking and writing in files, with the chunks written beside them; embedding in
     chunks, the unit of its work, so its rate and ETA move with every batch)."""
     bars = PhaseProgress(stream, clock)
@@ -569,15 +569,13 @@ def _cache_line(cache: dict[str, Any]) -> str:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Batches not yet written are dropped; batches already written stay in the index."""
-    from rifflux.store.connection import open_index
-    from rifflux.store.jobs import cancel_job
+    from rifflux.reindex import Reindexer
 
-    conn = open_index(_settings(args).db_path)
+    reindexer = Reindexer(_settings(args))
     try:
-        if not cancel_job(conn, args.job_id):
-            raise RiffluxError(f"no queued or running job with id {args.job_id!r}")
+        reindexer.cancel(args.job_id)
     finally:
-        conn.close()
+        reindexer.close()
     _say(f"cancelled {args.job_id}")
     return 0
 
@@ -585,14 +583,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     import signal
 
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
     from rifflux.watch.watcher import FileWatcher
 
     settings = _settings(args)
     configure_logging(settings.log_level, style="json")
     roots = args.paths or [Path(p) for p in settings.file_watcher_paths] or [Path(".")]
-    queue = IndexQueue(settings)
-    watcher = FileWatcher(settings, roots, queue).start()
+    reindexer = Reindexer(settings)
+    try:
+        watcher = FileWatcher(settings, roots, reindexer).start()
+    except BaseException:
+        reindexer.close()
+        raise
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -605,7 +607,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 return EXIT_ERROR
     finally:
         watcher.stop()
-        queue.close()
+        reindexer.close()
     return 0
 
 

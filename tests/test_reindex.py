@@ -7,6 +7,7 @@ on ``Reindexer.submit`` and proves the caller went through it."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -24,8 +25,8 @@ from rifflux.errors import RiffluxError, RootNotFoundError
 from rifflux.mcp import server, tools
 from rifflux.mcp.tools import ToolContext
 from rifflux.queue import names
-from rifflux.queue.client import IndexQueue
 from rifflux.reindex import Reindexer
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.store.connection import open_index
 from rifflux.store.jobs import recent_jobs
 from workers.launcher import LocalPool, launch_local_pool
@@ -153,6 +154,38 @@ def test_the_watcher_submits_and_starts_workers_through_the_entry_point(
         watcher.stop()
     assert watcher.queue is context.queue
     assert submitted[0] == [str(docs)]
+
+
+def test_rifflux_watch_submits_and_starts_workers_through_the_entry_point(
+    tmp_path: Path,
+    docs: Path,
+    launched: list[int],
+    submitted: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No worker is alive: the watcher's catch-up job stalls, and its first stall starts
+    # a local pool through the entry point's launcher; then the command is stopped.
+    monkeypatch.setenv("RIFFLUX_EMBEDDING_BACKEND", "hash")
+    monkeypatch.setenv("RIFFLUX_STALL_SECONDS", "0.01")
+    default, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+
+    def stop_the_command() -> None:
+        try:
+            wait_until(lambda: launched, timeout=30)
+        finally:
+            wait_until(lambda: signal.getsignal(signal.SIGTERM) is not default, timeout=30)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_the_command, daemon=True)
+    stopper.start()
+    try:
+        assert cli.main(["watch", str(docs), "--db", str(tmp_path / "index.db")]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, default)
+        signal.signal(signal.SIGINT, interrupt)
+    stopper.join(timeout=10)
+    assert submitted and submitted[0] == [str(docs)]
+    assert len(launched) == 1
 
 
 def test_auto_reindex_submits_through_the_entry_point(

@@ -23,7 +23,7 @@ waited forever.
   when the disk is full the workers may be unable to record anything at all.
 
 How the reason reaches a waiting client, the disk full for the job record and the log
-alike (``rifflux.queue.client`` follows all four; the first to answer ends the wait):
+alike (``rifflux.reindex.runner`` follows all four; the first to answer ends the wait):
 
 1. the worker that meets the fault marks the job ``failed`` with the reason, retried a
    few times (a small write often still fits: WAL space is reused after a checkpoint);
