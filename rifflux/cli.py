@@ -410,18 +410,18 @@ def cmd_get_file(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
 
     settings = _settings(args)
     if args.check:
         return _status_check(settings, args)
     service = SearchService(settings)
-    queue = IndexQueue(settings)
+    reindexer = Reindexer(settings)
     try:
-        status = index_status(service, queue.status)
+        status = index_status(service, reindexer.status)
     finally:
         service.close()
-        queue.close()
+        reindexer.close()
     if args.json:
         _print_json(status)
         return 0
@@ -437,21 +437,21 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
     import sqlite3
 
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
 
     service = SearchService(settings)
-    queue = None
+    reindexer = None
     status: dict[str, Any] | None = None
     try:
         check = check_index(service)
         if settings.db_path.is_file():
-            queue = IndexQueue(settings)
+            reindexer = Reindexer(settings)
             with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):
-                status = index_status(service, queue.status)  # The check says why not.
+                status = index_status(service, reindexer.status)  # The check says why not.
     finally:
         service.close()
-        if queue is not None:
-            queue.close()
+        if reindexer is not None:
+            reindexer.close()
     problems = [f"index database: {p}" for p in check["database"]["problems"]]
     problems += [f"vector cache: {p}" for p in check["vector_cache"]["problems"]]
     if args.json:
