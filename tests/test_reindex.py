@@ -219,6 +219,15 @@ def test_a_missing_root_is_refused_once_in_one_line_before_any_job(tmp_path: Pat
         queue.close()
 
 
+def test_a_missing_root_of_the_mcp_tool_is_refused_before_any_worker_starts(
+    context: ToolContext, docs: Path, launched: list[int]
+) -> None:
+    with pytest.raises(RootNotFoundError, match=r"^path to index does not exist: .*gone$"):
+        tools.reindex(context, paths=[str(docs), str(docs.parent / "gone")], background=True)
+    assert launched == []
+    assert job_roots(context.settings) == []
+
+
 def test_a_client_without_a_launcher_never_starts_a_process(tmp_path: Path) -> None:
     queue = IndexQueue(make_settings(tmp_path))
     try:
