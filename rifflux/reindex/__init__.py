@@ -18,9 +18,10 @@ Invariants:
   are any, else a local pool started through the injected launcher (default
   :func:`workers.launcher.launch_local_pool`), once per process while it lives; an HTTP
   worker process starts none and asks its supervisor instead (:attr:`request_workers`).
-- One lock: the runner's, under which a pool starts and stops, so callers on several
-  threads (MCP tools) never start two pools; submitting takes no lock of this process,
-  so a call waiting for the index's write lock holds up no other call.
+- One lock: the runner's (the one its transport builds the broker under), under which
+  a pool starts and stops, so callers on several threads (MCP tools) never start two
+  pools; submitting takes no lock of this process, so a call waiting for the index's
+  write lock holds up no other call.
 - A queued or running job never waits for a consumer that does not exist:
   :meth:`Reindexer.keep_jobs_moving` (a restarted server, ``index_status``, a search's
   auto-reindex check) starts a local pool when no index-host worker is alive, first
