@@ -1,41 +1,25 @@
-"""The one front-side job API: every caller that indexes roots submits and follows its
-job through :class:`Reindexer`.
-
-The callers: the CLI's ``rifflux index`` and ``rifflux watch``, the MCP ``reindex`` tool
-and ``index_status``, the server's start (``--reindex-on-start``, resuming unfinished
-jobs), the file watcher and auto-reindex on search (both given a ``Reindexer`` as their
-job queue: ``watch/`` sits below this package). Beneath it, the queue transport
-(:class:`~rifflux.queue.client.IndexQueue`) submits jobs and reads their state, and
-:class:`~rifflux.reindex.runner.JobRunner` adds this process's local pool and the wait;
-the policy of who runs a job lives here.
+"""The one front-side job API: every caller that indexes roots (the CLI's ``index``,
+``watch`` and ``cancel``, the MCP tools, the server's start, the file watcher,
+auto-reindex) submits and follows its job through :class:`Reindexer`. Beneath it,
+:class:`~rifflux.reindex.runner.JobRunner` keeps this process's local pool and waits,
+over the transport :class:`~rifflux.queue.client.IndexQueue` (docs/architecture.md,
+"A reindex job").
 
 Invariants:
 
-- Roots are checked here, once (:func:`~rifflux.index.scan.require_roots`), before a
-  job is made or a worker started; a job's settings are its
-  :class:`~rifflux.index.jobspec.JobSpec`, built by the transport's ``submit``.
-- Who runs the jobs is decided here: live index-host workers (heartbeats) when there
-  are any, else a local pool started through the injected launcher (default
-  :func:`workers.launcher.launch_local_pool`), once per process while it lives; an HTTP
-  worker process starts none and asks its supervisor instead (:attr:`request_workers`).
-- One lock: the runner's (the one its transport builds the broker under), under which
-  a pool starts and stops, so callers on several threads (MCP tools) never start two
-  pools; submitting takes no lock of this process, so a call waiting for the index's
-  write lock holds up no other call.
-- A queued or running job never waits for a consumer that does not exist:
-  :meth:`Reindexer.keep_jobs_moving` (a restarted server, ``index_status``, a search's
-  auto-reindex check) starts a local pool when no index-host worker is alive, first
-  forgetting the heartbeats of this host's workers whose process is gone; where no pool
-  can start, the stalled jobs are failed with the reason.
-- A job submitted without waiting (``rifflux index --no-wait``,
-  :meth:`Reindexer.submit_to_live_workers`) is withdrawn and refused when no index-host
-  worker is alive: a local pool stops with the process that started it, and that
-  command returns at once, so the job would wait for a worker nobody starts.
-- A file watcher's pool boots at startup (:meth:`Reindexer.boot_pool`): when no
-  index-host worker is alive then, the pool starts at once, so the first edit does not
-  wait for the grace and a boot; workers started beside this process that show up
-  within the grace (the Procfile's, told apart by ``PoolHandle.owns``) take over, and
-  the local pool is stopped, so it never stays beside them.
+- Roots are checked here, once, before a job is made or a worker started.
+- Who runs a job is decided here: live index-host workers when there are any, else a
+  local pool through the injected launcher, once per process while it lives; an HTTP
+  worker process asks its supervisor instead (:attr:`Reindexer.request_workers`).
+- One lock, the runner's: a pool starts and stops under it, so threads never start
+  two; no lock of this process is held while a submit waits for the index's write lock.
+- No unfinished job waits for a consumer that does not exist
+  (:meth:`Reindexer.keep_jobs_moving`): it gets a local pool, after the heartbeats of
+  this host's gone workers are forgotten, or is failed with the reason.
+- A job submitted without waiting is refused and withdrawn when no index-host worker is
+  alive (:meth:`Reindexer.submit_to_live_workers`): nobody would start one for it.
+- A watcher's pool boots at once and gives way to workers started beside this process
+  within the grace (:meth:`Reindexer.boot_pool`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ plus what only a front process that waits does: it keeps the local pool it start
 (through an injected :data:`Launcher`, ``workers.launcher.launch_local_pool``; a runner
 built without one never starts a process), and :meth:`JobRunner.wait` follows a job
 with its stall and write-fault checks. :class:`~rifflux.reindex.Reindexer` holds one
-and decides when a pool starts; no other caller builds one.
+and decides when a pool starts; nothing else in the package builds one.
 
 Invariants:
 
