@@ -31,7 +31,7 @@ from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 from rifflux.config import Settings
 from rifflux.index.changes import FileWork
 from rifflux.index.prepare import chunk_file, embedding_input
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from workers.launcher import launch_local_pool, onnx_threads_per_worker
 
 RAW_WORKER = """

@@ -48,7 +48,7 @@ from benchmarks.harness import DEFAULT_CORPUS, REPO, TreeSampler, emit, machine
 from benchmarks.scale_corpus import Vocabulary, generate
 from benchmarks.scale_mcp import main_mcp
 from rifflux.config import Settings
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.search.service import SearchService
 from workers.launcher import launch_local_pool
 

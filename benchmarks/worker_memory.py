@@ -114,7 +114,7 @@ def run_job(
     backend: str = "onnx",
 ) -> dict[str, Any]:
     from rifflux.config import Settings
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex.runner import JobRunner as IndexQueue
 
     workdir = Path(tempfile.mkdtemp(prefix="worker-memory-job-", dir=tmpdir))
     settings = Settings(

@@ -24,7 +24,7 @@ from benchmarks.harness import DEFAULT_CORPUS, emit, machine
 
 def run(topology: str, corpus: Path, backend: str) -> dict[str, object]:
     from rifflux.config import Settings
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex.runner import JobRunner as IndexQueue
     from workers.launcher import worker_command, worker_environment
 
     processes, threads = (int(x) for x in topology.split("x"))

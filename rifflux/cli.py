@@ -35,7 +35,7 @@ from rifflux.search.service import SearchService, damage_reported
 from rifflux.status import check_index, index_status
 
 if TYPE_CHECKING:
-    from rifflux.index.indexer import IndexReport
+    from rifflux.index.report import IndexReport
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -217,7 +217,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         _print_json(record.to_dict())
     else:
         from rifflux.embed.factory import embedder_label_for
-        from rifflux.index.indexer import IndexReport
+        from rifflux.index.report import IndexReport
 
         _print_report(IndexReport.from_job(record, embedder_label_for(settings)))
     return 0 if record.state == "completed" else EXIT_ERROR
@@ -280,7 +280,7 @@ def _repair(settings: Settings, args: argparse.Namespace) -> int:
 def job_progress(
     stream: Any, clock: Callable[[], float] | None = None
 ) -> tuple[Callable[[Any], None], PhaseProgress]:
-    """A progress callback for IndexQueue.wait: one bar per phase of the job (scanning
+    """A progress callback for Reindexer.wait: one bar per phase of the job (scanning
     and chunking and writing in files, with the chunks written beside them; embedding in
     chunks, the unit of its work, so its rate and ETA move with every batch)."""
     bars = PhaseProgress(stream, clock)
@@ -421,18 +421,18 @@ def cmd_get_file(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
 
     settings = _settings(args)
     if args.check:
         return _status_check(settings, args)
     service = SearchService(settings)
-    queue = IndexQueue(settings)
+    reindexer = Reindexer(settings)
     try:
-        status = index_status(service, queue.status)
+        status = index_status(service, reindexer.status)
     finally:
         service.close()
-        queue.close()
+        reindexer.close()
     if args.json:
         _print_json(status)
         return 0
@@ -448,21 +448,21 @@ def _status_check(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
     import sqlite3
 
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
 
     service = SearchService(settings)
-    queue = None
+    reindexer = None
     status: dict[str, Any] | None = None
     try:
         check = check_index(service)
         if settings.db_path.is_file():
-            queue = IndexQueue(settings)
+            reindexer = Reindexer(settings)
             with contextlib.suppress(sqlite3.DatabaseError, RiffluxError):
-                status = index_status(service, queue.status)  # The check says why not.
+                status = index_status(service, reindexer.status)  # The check says why not.
     finally:
         service.close()
-        if queue is not None:
-            queue.close()
+        if reindexer is not None:
+            reindexer.close()
     problems = [f"index database: {p}" for p in check["database"]["problems"]]
     problems += [f"vector cache: {p}" for p in check["vector_cache"]["problems"]]
     if args.json:
@@ -599,15 +599,13 @@ def _plain(markdown: str) -> str:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Batches not yet written are dropped; batches already written stay in the index."""
-    from rifflux.store.connection import open_index
-    from rifflux.store.jobs import cancel_job
+    from rifflux.reindex import Reindexer
 
-    conn = open_index(_settings(args).db_path)
+    reindexer = Reindexer(_settings(args))
     try:
-        if not cancel_job(conn, args.job_id):
-            raise RiffluxError(f"no queued or running job with id {args.job_id!r}")
+        reindexer.cancel(args.job_id)
     finally:
-        conn.close()
+        reindexer.close()
     _say(f"cancelled {args.job_id}")
     return 0
 
@@ -615,14 +613,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     import signal
 
-    from rifflux.queue.client import IndexQueue
+    from rifflux.reindex import Reindexer
     from rifflux.watch.watcher import FileWatcher
 
     settings = _settings(args)
     configure_logging(settings.log_level, style="json")
     roots = args.paths or [Path(p) for p in settings.file_watcher_paths] or [Path(".")]
-    queue = IndexQueue(settings)
-    watcher = FileWatcher(settings, roots, queue).start()
+    reindexer = Reindexer(settings)
+    try:
+        watcher = FileWatcher(settings, roots, reindexer).start()
+    except BaseException:
+        reindexer.close()
+        raise
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -635,7 +637,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 return EXIT_ERROR
     finally:
         watcher.stop()
-        queue.close()
+        reindexer.close()
     return 0
 
 

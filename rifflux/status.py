@@ -105,7 +105,7 @@ def check_index(search: SearchService) -> dict[str, Any]:
 def index_status(
     search: SearchService, queue_status: Callable[[], Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """The index's counts and vector cache, the queue's status (``IndexQueue.status``:
+    """The index's counts and vector cache, the queue's status (``Reindexer.status``:
     broker, live workers, depths, recent jobs) and the file watcher's last state.
 
     The index is read first: a missing or foreign index is reported as such before

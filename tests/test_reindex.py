@@ -7,6 +7,7 @@ on ``Reindexer.submit`` and proves the caller went through it."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -24,8 +25,8 @@ from rifflux.errors import RiffluxError, RootNotFoundError
 from rifflux.mcp import server, tools
 from rifflux.mcp.tools import ToolContext
 from rifflux.queue import names
-from rifflux.queue.client import IndexQueue
 from rifflux.reindex import Reindexer
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.store.connection import open_index
 from rifflux.store.jobs import recent_jobs
 from workers.launcher import LocalPool, launch_local_pool
@@ -155,6 +156,38 @@ def test_the_watcher_submits_and_starts_workers_through_the_entry_point(
     assert submitted[0] == [str(docs)]
 
 
+def test_rifflux_watch_submits_and_starts_workers_through_the_entry_point(
+    tmp_path: Path,
+    docs: Path,
+    launched: list[int],
+    submitted: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No worker is alive: the watcher's catch-up job stalls, and its first stall starts
+    # a local pool through the entry point's launcher; then the command is stopped.
+    monkeypatch.setenv("RIFFLUX_EMBEDDING_BACKEND", "hash")
+    monkeypatch.setenv("RIFFLUX_STALL_SECONDS", "0.01")
+    default, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+
+    def stop_the_command() -> None:
+        try:
+            wait_until(lambda: launched, timeout=30)
+        finally:
+            wait_until(lambda: signal.getsignal(signal.SIGTERM) is not default, timeout=30)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_the_command, daemon=True)
+    stopper.start()
+    try:
+        assert cli.main(["watch", str(docs), "--db", str(tmp_path / "index.db")]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, default)
+        signal.signal(signal.SIGINT, interrupt)
+    stopper.join(timeout=10)
+    assert submitted and submitted[0] == [str(docs)]
+    assert len(launched) == 1
+
+
 def test_auto_reindex_submits_through_the_entry_point(
     tmp_path: Path, docs: Path, submitted: list[list[str]]
 ) -> None:
@@ -184,6 +217,15 @@ def test_a_missing_root_is_refused_once_in_one_line_before_any_job(tmp_path: Pat
             Reindexer(settings, queue=queue).submit([tmp_path / "gone"])
     finally:
         queue.close()
+
+
+def test_a_missing_root_of_the_mcp_tool_is_refused_before_any_worker_starts(
+    context: ToolContext, docs: Path, launched: list[int]
+) -> None:
+    with pytest.raises(RootNotFoundError, match=r"^path to index does not exist: .*gone$"):
+        tools.reindex(context, paths=[str(docs), str(docs.parent / "gone")], background=True)
+    assert launched == []
+    assert job_roots(context.settings) == []
 
 
 def test_a_client_without_a_launcher_never_starts_a_process(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ one-line reason (retried :data:`FAULT_RECORD_ATTEMPTS` times; the disk may be fu
 that write too), one ``job.write_failed`` line goes to stderr and the fault goes into
 this process's heartbeat, and the message raises :class:`IndexWriteError`, a
 permanent error, instead of being retried. The waiting client learns of it by
-whichever of these arrives (``rifflux.queue.client``).
+whichever of these arrives (``rifflux.reindex.runner``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Starting a local worker pool for a front process: ``python -m workers.pool`` as a
 child process, its output piped back and written to ``workers.log``.
 
-The queue client (:mod:`rifflux.queue.client`) never starts a process itself: it is
-given :func:`launch_local_pool` (a :data:`~rifflux.queue.client.Launcher`) by whoever
-may start workers (the entry point :mod:`rifflux.reindex`), so the dependency of the
-front process on this package is visible to the layer check, and a client built
-without a launcher is testable without spawning anything.
+The front process's job runner (:mod:`rifflux.reindex.runner`) never starts a process
+itself: it is given :func:`launch_local_pool` (a
+:data:`~rifflux.reindex.runner.Launcher`) by whoever may start workers (the entry point
+:mod:`rifflux.reindex`), so the dependency of the front process on this package is
+visible to the layer check, and a runner built without a launcher is testable without
+spawning anything.
 
 Invariants kept from the client it came from:
 

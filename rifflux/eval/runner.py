@@ -19,7 +19,8 @@ from rifflux.embed.base import Embedder
 from rifflux.embed.factory import make_embedder
 from rifflux.eval import beir
 from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k
-from rifflux.index.indexer import Indexer, IndexReport
+from rifflux.index.indexer import Indexer
+from rifflux.index.report import IndexReport
 from rifflux.progress import ProgressLine
 from rifflux.search.request import SearchRequest, check_mode, check_top_k
 from rifflux.search.service import SearchService

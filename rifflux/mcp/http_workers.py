@@ -110,7 +110,7 @@ class HttpWorkers:
     target: WorkerTarget
     sock: socket.socket
     count: int
-    want_workers: Callable[[], None]
+    want_workers: Callable[[], object]
     _workers: list[_Worker] = field(default_factory=list, init=False)
     _pool_wanted: threading.Event = field(default_factory=threading.Event, init=False)
 

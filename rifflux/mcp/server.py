@@ -595,7 +595,7 @@ class HttpWorkerSpec:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         stop_when_orphaned(parent)
         context = ToolContext.from_settings(settings, cwd=self.cwd)
-        context.request_workers = functools.partial(ask_supervisor_for_workers, parent)
+        context.queue.request_workers = functools.partial(ask_supervisor_for_workers, parent)
         try:
             server = build_server(settings, context=context)
             serve = functools.partial(
@@ -615,7 +615,7 @@ def _serve_http_workers(context: ToolContext, host: str, port: int, count: int) 
 
     log.info("mcp.http_workers_starting", workers=count, pid=os.getpid())
     try:
-        HttpWorkers(spec, sock, count, context.want_workers).run()
+        HttpWorkers(spec, sock, count, context.queue.ensure_workers).run()
     finally:
         sock.close()
 

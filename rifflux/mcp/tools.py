@@ -62,8 +62,8 @@ from rifflux.index.allowed import (
     unsafe_default_root,
 )
 from rifflux.index.denied import refused_secret, secret_reason
-from rifflux.index.indexer import IndexReport
-from rifflux.index.scan import glob_mismatch, require_roots
+from rifflux.index.report import IndexReport
+from rifflux.index.scan import glob_mismatch
 from rifflux.reindex import Reindexer
 from rifflux.search.budget import budget_response, within_limit
 from rifflux.search.request import SearchRequest
@@ -85,11 +85,13 @@ MAX_SKIPPED_IN_RESULT = 20
 
 @dataclass
 class ToolContext:
-    """What the tools work on: settings, the index's SearchService and its entry point
-    for reindex jobs (a :class:`Reindexer`)."""
+    """What the tools work on: settings, the index's SearchService and, as ``queue``,
+    the :class:`~rifflux.reindex.Reindexer` through which every job of this server is
+    submitted and followed (its worker policy, its wait, its one lock)."""
 
     settings: Settings
     search: SearchService
+    # The front-side job API (a Reindexer): not the queue transport, which it holds.
     queue: Reindexer
     # The directory the server works in: RIFFLUX_BASE_DIR when set, else the process's
     # working directory. ``reindex`` with no path indexes it; the default allowed root.
@@ -103,9 +105,6 @@ class ToolContext:
     auto_reindex: AutoReindexer | None = field(default=None, init=False, repr=False)
     # Set by the HTTP transport: the live session counts index_status shows.
     http_sessions: Callable[[], dict[str, Any]] | None = field(default=None, init=False, repr=False)
-    # Set in an HTTP worker process (rifflux.mcp.http_workers): it never starts a worker
-    # pool itself, it asks its supervisor, which does unless workers are alive.
-    request_workers: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     @property
     def allowed_roots(self) -> list[Path]:
@@ -232,30 +231,21 @@ class ToolContext:
     def start_reindex(
         self, roots: Sequence[Path], *, force: bool = False, prune_missing: bool = True
     ) -> str:
-        """Start workers unless some are alive, then submit one job for ``roots``.
+        """Submit one job for ``roots`` (the :class:`Reindexer` refuses a missing root
+        before anything is made), then start workers unless some are alive.
 
         No lock of this process is held while the submit waits for the index's write
         lock (``SUBMIT_LOCK_SECONDS``): other calls, ``index_status`` included, answer
         meanwhile."""
-        self.want_workers()
-        return self.queue.submit(roots, force=force, prune_missing=prune_missing)
-
-    def want_workers(self) -> None:
-        """A local pool unless index-host workers are alive (asked of the supervisor in
-        an HTTP worker process)."""
-        if self.request_workers is not None:
-            self.request_workers()
-        else:
-            self.queue.ensure_workers()
+        job_id = self.queue.submit(roots, force=force, prune_missing=prune_missing)
+        self.queue.ensure_workers()
+        return job_id
 
     def keep_jobs_moving(self) -> None:
         """Start workers when a job is unfinished and none is alive (see
         :meth:`Reindexer.keep_jobs_moving`); never raises: callers are reads."""
         try:
-            if self.request_workers is None:
-                self.queue.keep_jobs_moving()
-            elif self.queue.has_unfinished_jobs() and not self.queue.queue.index_host_workers():
-                self.request_workers()
+            self.queue.keep_jobs_moving()
         except Exception:
             log.warning("mcp.keep_jobs_moving_failed", exc_info=True)
 
@@ -324,10 +314,11 @@ def resolve_roots(
     """``paths`` if any, else ``path``, else the server's working directory.
 
     Relative paths are read against ``against`` (default: :attr:`ToolContext.base`, the
-    directory result paths are relative to). All must exist, lie inside ``allowed``
-    (default: the server's allowed roots) and be off the deny list (unless
+    directory result paths are relative to). All must lie inside ``allowed`` (default:
+    the server's allowed roots) and be off the deny list (unless
     RIFFLUX_ALLOW_SECRET_PATHS). ``remedy`` ends the refusal of a path outside the
-    roots (default: :func:`tool_remedy`).
+    roots (default: :func:`tool_remedy`). That they exist is checked where a job is
+    submitted (:meth:`Reindexer.submit`) or a watcher started.
     """
     given = [p for p in paths or () if p.strip()]
     if not given and path is not None and path.strip():
@@ -342,7 +333,6 @@ def resolve_roots(
         given=given,
         remedy=remedy or tool_remedy(base, given),
     )
-    require_roots(roots)
     for text, root in zip(given, roots, strict=True):
         lexical = os.path.abspath(base / Path(text).expanduser())
         rule = refused_secret(
@@ -459,10 +449,7 @@ def reindex(
             raise RiffluxError(f"the server is shutting down; job {job_id} keeps its state")
 
     job = ctx.queue.wait(
-        job_id,
-        timeout=REINDEX_WAIT_SECONDS,
-        on_progress=stop_if_closing,
-        start_workers=ctx.request_workers is None,
+        job_id, timeout=REINDEX_WAIT_SECONDS, on_progress=stop_if_closing, start_workers=True
     )
     if job.state != "completed":
         raise RiffluxError(job_failure(job))

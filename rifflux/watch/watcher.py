@@ -21,15 +21,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import watchfiles
 
 from rifflux.config import Settings
 from rifflux.index.denied import refused_secret
-from rifflux.index.scan import matches_any, scope_in_roots, to_rel_path
+from rifflux.index.scan import matches_any, require_roots, scope_in_roots, to_rel_path
 from rifflux.store.connection import open_index, open_index_readonly
+from rifflux.store.jobs import JobRecord
 from rifflux.store.own_files import IndexFiles
 from rifflux.store.reader import IndexReader, get_metadata
 from rifflux.store.writer import IndexWriter
@@ -48,6 +49,15 @@ TICK_MS = 500
 STALL_CHECK_SECONDS = 5.0
 
 WatchFunction = Callable[..., Iterator[set[tuple[watchfiles.Change, str]]]]
+
+
+class WatchedJobs(JobQueue, Protocol):
+    """What the watcher asks of its jobs (a :class:`~rifflux.reindex.Reindexer`): the
+    coalescer's submit and reads, why a job is stalled, and a local pool for it."""
+
+    def stall_reason(self, record: JobRecord) -> str | None: ...
+
+    def start_pool(self) -> object: ...
 
 
 @dataclass(slots=True)
@@ -136,7 +146,7 @@ class FileWatcher:
         self,
         settings: Settings,
         roots: Sequence[Path | str],
-        queue: JobQueue,
+        queue: WatchedJobs,
         *,
         watch_fn: WatchFunction = watchfiles.watch,
         max_consecutive_crashes: int = DEFAULT_MAX_CONSECUTIVE_CRASHES,
@@ -156,9 +166,12 @@ class FileWatcher:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> FileWatcher:
-        for root in self.roots:
-            if not root.exists():
-                raise FileNotFoundError(f"path to watch does not exist: {root}")
+        """Start the supervised loop in a thread.
+
+        Raises:
+          RootNotFoundError: A root does not exist (one line naming each).
+        """
+        require_roots(self.roots)
         self._stop.clear()
         self._thread = threading.Thread(target=self._supervise, name="rifflux-watcher", daemon=True)
         self._thread.start()
@@ -236,17 +249,16 @@ class FileWatcher:
         if now < self._next_stall_check or self.coalescer.active_job is None:
             return
         self._next_stall_check = now + STALL_CHECK_SECONDS
-        stall_reason = getattr(self.queue, "stall_reason", None)
         record = self.queue.job(self.coalescer.active_job)
-        if stall_reason is None or record is None:
+        if record is None:
             return
-        reason = stall_reason(record)
+        reason = self.queue.stall_reason(record)
         if reason is None:
             return
         if not self._started_pool:
             self._started_pool = True
             log.warning("watch.job_stalled_starting_pool", job_id=record.id, reason=reason)
-            self.queue.start_pool()  # type: ignore[attr-defined]
+            self.queue.start_pool()
         elif self.state.last_error != reason:
             log.error("watch.job_stalled", job_id=record.id, reason=reason)
             self.state.last_error = reason

@@ -4,7 +4,7 @@ only files that were not indexed."""
 
 from __future__ import annotations
 
-from rifflux.index.indexer import IndexReport
+from rifflux.index.report import IndexReport
 from rifflux.index.scan import SkippedFile
 from rifflux.store.jobs import JobRecord
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rifflux.config import Settings
-from rifflux.index.indexer import IndexReport
+from rifflux.index.report import IndexReport
 from rifflux.mcp.tools import reindex_result
 from rifflux.store.jobs import JobRecord
 

@@ -24,7 +24,7 @@ from test_jobs_e2e import TEST_ACTORS, reference_rows
 
 from rifflux.config import Settings
 from rifflux.queue import names
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.store.jobs import JobRecord
 
 # One network namespace at a time: the tests share addresses and interface names.

@@ -20,7 +20,7 @@ from rifflux_testing import copy_corpus, index_rows, make_settings, wait_until
 from test_jobs_e2e import TEST_ACTORS, reference_rows
 
 from rifflux.config import Settings
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.store.jobs import JobRecord
 
 pytestmark = pytest.mark.slow

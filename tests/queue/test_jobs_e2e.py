@@ -14,8 +14,8 @@ from rifflux_testing import copy_corpus, index_rows, reference_rows, wait_until
 from rifflux_testing import queue_settings as shared_queue_settings
 
 from rifflux.config import Settings
-from rifflux.queue.client import IndexQueue
 from rifflux.queue.sqlite_broker import SQLiteBroker
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.search.service import SearchService
 from rifflux.store.connection import connect, open_index
 from rifflux.store.jobs import JobRecord

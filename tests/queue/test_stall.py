@@ -11,8 +11,9 @@ import pytest
 from dramatiq.common import dq_name
 from rifflux_testing import REPO_ROOT, copy_corpus, make_settings, worker_env
 
+from rifflux.errors import JobStalled
 from rifflux.queue import stall
-from rifflux.queue.client import IndexQueue, JobStalled
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from workers.launcher import launch_local_pool
 
 ALL = ["rifflux_embed", "rifflux_plan", "rifflux_write"]

@@ -28,7 +28,7 @@ from rifflux_testing import (
 
 from rifflux.config import Settings
 from rifflux.errors import IndexWriteError
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.store.jobs import JobRecord
 from workers.launcher import launch_local_pool
 

@@ -11,7 +11,7 @@ from rifflux_testing import index_rows, make_settings, wait_until
 
 from rifflux.config import Settings
 from rifflux.errors import IndexLockedError
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.search.service import SearchService
 from rifflux.store.connection import open_index
 from rifflux.store.jobs import recent_jobs

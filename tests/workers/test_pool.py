@@ -28,7 +28,7 @@ from rifflux_testing import (
 )
 
 from rifflux.config import Settings
-from rifflux.queue.client import IndexQueue
+from rifflux.reindex.runner import JobRunner as IndexQueue
 from rifflux.search.request import SearchRequest
 from rifflux.search.service import SearchService
 from rifflux.status import index_status
@@ -313,7 +313,7 @@ def test_a_local_pool_dies_with_the_process_that_started_it(tmp_path: Path) -> N
     script = (
         "import sys, time\n"
         "from rifflux.config import Settings\n"
-        "from rifflux.queue.client import IndexQueue\n"
+        "from rifflux.reindex.runner import JobRunner as IndexQueue\n"
         "from workers.launcher import launch_local_pool\n"
         "queue = IndexQueue(Settings.from_env(), launcher=launch_local_pool)\n"
         "pool = queue.start_pool(2)\n"
