@@ -84,6 +84,9 @@ class Chunk:
     heading_path: str  # e.g. "Guide > Install > Linux"; "" outside any heading
     content: str  # markdown source slice, stripped
     headings: tuple[HeadingMark, ...] = ()  # top-level headings starting in it, in order
+    # Where its source slice (the content after a repeated table header) starts in the
+    # normalised text: how a line of the file finds its chunk (rifflux.store.grep_text).
+    start: int = 0
 
 
 class _Atom(NamedTuple):
@@ -574,5 +577,6 @@ def _chunks(src: str, drafts: list[_Draft], marks: Sequence[tuple[int, str]] = (
         first, last = bisect_left(offsets, draft.start), bisect_left(offsets, draft.end)
         shift = len(draft.lead) - draft.start
         headings = tuple(HeadingMark(offset + shift, path) for offset, path in marks[first:last])
-        chunks.append(Chunk(index, draft.path, draft.lead + src[draft.start : draft.end], headings))
+        content = draft.lead + src[draft.start : draft.end]
+        chunks.append(Chunk(index, draft.path, content, headings, draft.start))
     return chunks

@@ -54,7 +54,7 @@ from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.logs import configure_logging
-from rifflux.mcp import knowledge_tools, tools
+from rifflux.mcp import grep_tool, knowledge_tools, tools
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.http import check_bind, serve_http
 from rifflux.mcp.http_workers import (
@@ -293,6 +293,7 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         return await _in_thread(tools.get_file, ctx, path, roots, heading, max_tokens)
 
     knowledge_tools.register(server, ctx, _in_thread, client_roots)
+    grep_tool.register(server, ctx, _in_thread, client_roots)
 
 
 def _one_line(text: str) -> str:
