@@ -178,24 +178,28 @@ def add_grep_parser(sub: Any) -> None:
 
 
 def cmd_grep(args: argparse.Namespace) -> int:
-    """Exit 0 with matches, 1 without (as grep), printed as ``path:line:column:text``."""
+    """Exit 0 with matches, 1 without, 2 on a bad pattern or flag (as grep), printed as
+    ``path:line:column:text`` (context lines ``path-line-text``)."""
+    from rifflux.errors import InvalidQueryError
     from rifflux.search.grep import GrepRequest, grep
 
-    request = GrepRequest.from_arguments(
-        args.pattern,
-        regex=args.regex,
-        case_sensitive=args.case_sensitive,
-        path_glob=args.path_glob,
-        context_lines=args.context_lines,
-        max_matches=args.max_matches,
-        max_tokens=args.max_tokens,
-    )
     service = SearchService(_settings(args))
     try:
+        request = GrepRequest.from_arguments(
+            args.pattern,
+            regex=args.regex,
+            case_sensitive=args.case_sensitive,
+            path_glob=args.path_glob,
+            context_lines=args.context_lines,
+            max_matches=args.max_matches,
+            max_tokens=args.max_tokens,
+        )
         conn = service.connection()
         deadline = service.deadline()
         with deadline.guarding(conn):
             response = grep(conn, request, deadline)
+    except InvalidQueryError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     finally:
         service.close()
     if args.json:

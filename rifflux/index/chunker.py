@@ -32,7 +32,7 @@ import hashlib
 import re
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from pathlib import PurePosixPath
 from typing import NamedTuple
@@ -86,7 +86,8 @@ class Chunk:
     headings: tuple[HeadingMark, ...] = ()  # top-level headings starting in it, in order
     # Where its source slice (the content after a repeated table header) starts in the
     # normalised text: how a line of the file finds its chunk (rifflux.store.grep_text).
-    start: int = 0
+    # Not part of what a chunk is: two chunks of the same text compare equal.
+    start: int = field(default=0, compare=False)
 
 
 class _Atom(NamedTuple):
