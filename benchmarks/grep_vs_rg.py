@@ -5,7 +5,8 @@ Indexes the corpus in-process (hash embedder) twice: as shipped, and with the gr
 database bytes after a WAL checkpoint and their ratio to the corpus text bytes, and the
 bytes of the grep tables. Then samples patterns from the corpus text (seeded): literals
 of 6 to 24 characters matching at most 100 lines (selective), and regexes with a
-required literal; times each ``grep_rifflux`` call through a stdio MCP session against
+required literal matching at most 100 lines (and as many regexes matching any number,
+checked but not timed); times each ``grep_rifflux`` call through a stdio MCP session against
 ``rg`` over the same files (``--fixed-strings`` for the literals; both case-insensitive,
 as grep_rifflux's default; warm page cache: every command runs once before timing), and
 checks that both report the same (path, line) pairs for every sampled pattern, case-
@@ -120,7 +121,11 @@ def sample_literals(files: dict[str, list[str]], count: int, seed: int) -> list[
     return found
 
 
-def sample_regexes(files: dict[str, list[str]], count: int, seed: int) -> list[str]:
+def sample_regexes(
+    files: dict[str, list[str]], corpus: Path, count: int, seed: int, *, selective: bool
+) -> list[str]:
+    """Regexes over sampled words; ``selective``: only those matching at most 100 lines
+    (counted by rg)."""
     rng = random.Random(seed)
     paths = sorted(files)
     found: list[str] = []
@@ -129,7 +134,13 @@ def sample_regexes(files: dict[str, list[str]], count: int, seed: int) -> list[s
         if len(words) < 2:
             continue
         a, b = rng.choice(words), rng.choice(words)
-        found.append(REGEX_TEMPLATES[len(found) % len(REGEX_TEMPLATES)].format(a=a, b=b, a1=a[1:]))
+        template = REGEX_TEMPLATES[len(found) % len(REGEX_TEMPLATES)]
+        pattern = template.format(a=a, b=b, a1=a[1:])
+        if pattern in found:
+            continue
+        if selective and len(rg_lines(corpus, pattern, regex=True, case_sensitive=False)) > 100:
+            continue
+        found.append(pattern)
     return found
 
 
@@ -162,7 +173,12 @@ def p50(values: list[float]) -> float:
 
 
 async def measure(
-    corpus: Path, db: Path, literals: list[str], regexes: list[str], rounds: int
+    corpus: Path,
+    db: Path,
+    literals: list[str],
+    regexes: list[str],
+    broad: list[str],
+    rounds: int,
 ) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
     env.update(
@@ -189,7 +205,7 @@ async def measure(
 
         # Identical lines: every sampled pattern, case-insensitive and case-sensitive.
         mismatches = []
-        for regex, patterns in ((False, literals), (True, regexes)):
+        for regex, patterns in ((False, literals), (True, regexes), (True, broad)):
             for pattern in patterns:
                 for case_sensitive in (False, True):
                     got = await call(pattern, regex=regex, case_sensitive=case_sensitive)
@@ -207,12 +223,12 @@ async def measure(
                                 "rg": len(theirs),
                             }
                         )
-        out["checked_patterns"] = 2 * (len(literals) + len(regexes))
+        out["checked_patterns"] = 2 * (len(literals) + len(regexes) + len(broad))
         out["mismatches"] = mismatches
         # Latency, warm: each command once first, then ``rounds`` timed runs of each.
         for name, regex, patterns in (
             ("literal", False, literals),
-            ("regex", True, regexes),
+            ("regex_selective", True, regexes),
         ):
             mine, theirs = [], []
             for pattern in patterns:
@@ -275,10 +291,10 @@ def main() -> int:
         "index_time_increase": round(with_grep["index_s"] / without["index_s"] - 1, 3),
     }
     literals = sample_literals(files, args.literals, seed=35)
-    regexes = sample_regexes(files, args.regexes, seed=36)
-    out.update(
-        asyncio.run(measure(corpus, args.workdir / "with.db", literals, regexes, args.rounds))
-    )
+    regexes = sample_regexes(files, corpus, args.regexes, seed=36, selective=True)
+    broad = sample_regexes(files, corpus, args.regexes, seed=37, selective=False)
+    db = args.workdir / "with.db"
+    out.update(asyncio.run(measure(corpus, db, literals, regexes, broad, args.rounds)))
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

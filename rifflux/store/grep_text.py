@@ -114,33 +114,36 @@ def stale_paths(conn: sqlite3.Connection) -> set[str]:
     return {str(row[0]) for row in rows}
 
 
-def candidates(conn: sqlite3.Connection, match: str | None) -> list[tuple[int, int, str]]:
-    """``(file_text.id, file_id, path)`` of the files whose trigrams satisfy ``match`` (an
-    FTS5 query over ``file_trigrams``), or of every file when ``match`` is None; by path."""
+def candidates(conn: sqlite3.Connection, match: str | None) -> list[tuple[int, int, str, str]]:
+    """``(file_text.id, file_id, path, sha256)`` of the files whose trigrams satisfy
+    ``match`` (an FTS5 query over ``file_trigrams``), or of every file when ``match`` is
+    None; by path."""
     if match is None:
         sql = (
-            f"SELECT t.id, t.file_id, f.path FROM {GREP_TABLE} t "
+            f"SELECT t.id, t.file_id, f.path, t.sha256 FROM {GREP_TABLE} t "
             "JOIN files f ON f.id = t.file_id ORDER BY f.path"
         )
         rows = conn.execute(sql).fetchall()
     else:
         sql = (
-            f"SELECT t.id, t.file_id, f.path FROM {TRIGRAM_TABLE} g "
+            f"SELECT t.id, t.file_id, f.path, t.sha256 FROM {TRIGRAM_TABLE} g "
             f"JOIN {GREP_TABLE} t ON t.id = g.rowid JOIN files f ON f.id = t.file_id "
             f"WHERE {TRIGRAM_TABLE} MATCH ? ORDER BY f.path"
         )
         rows = conn.execute(sql, (match,)).fetchall()
-    return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
 
 
-def read_text(conn: sqlite3.Connection, row_id: int) -> tuple[bytes, list[int]]:
-    """A file's stored text (UTF-8 bytes) and its chunks' first lines."""
-    row = conn.execute(
-        f"SELECT text, chunk_lines FROM {GREP_TABLE} WHERE id = ?", (row_id,)
-    ).fetchone()
-    if row is None:
-        return b"", []
-    return decompress(row[0]), [int(n) for n in json.loads(row[1])]
+def read_text(conn: sqlite3.Connection, row_id: int) -> bytes:
+    """A file's stored text, as UTF-8 bytes (empty when the row is gone)."""
+    row = conn.execute(f"SELECT text FROM {GREP_TABLE} WHERE id = ?", (row_id,)).fetchone()
+    return b"" if row is None else decompress(row[0])
+
+
+def chunk_lines(conn: sqlite3.Connection, row_id: int) -> list[int]:
+    """The 1-based line where each of a file's chunks starts, by ``chunk_index``."""
+    row = conn.execute(f"SELECT chunk_lines FROM {GREP_TABLE} WHERE id = ?", (row_id,)).fetchone()
+    return [] if row is None else [int(n) for n in json.loads(row[0])]
 
 
 def file_chunks(conn: sqlite3.Connection, file_id: int) -> dict[int, tuple[str, str, str, str]]:
