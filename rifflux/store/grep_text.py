@@ -146,12 +146,13 @@ def chunk_lines(conn: sqlite3.Connection, row_id: int) -> list[int]:
     return [] if row is None else [int(n) for n in json.loads(row[0])]
 
 
-def file_chunks(conn: sqlite3.Connection, file_id: int) -> dict[int, tuple[str, str, str, str]]:
-    """``chunk_index → (chunk_id, heading_path, headings JSON or "", content)`` of one
-    file's chunks."""
-    rows = conn.execute(
-        "SELECT chunk_index, chunk_id, heading_path, headings, content FROM chunks "
-        "WHERE file_id = ?",
-        (file_id,),
-    )
-    return {int(r[0]): (str(r[1]), str(r[2]), str(r[3] or ""), str(r[4])) for r in rows}
+def chunk_at(
+    conn: sqlite3.Connection, file_id: int, chunk_index: int
+) -> tuple[str, str, str, str] | None:
+    """``(chunk_id, heading_path, headings JSON or "", content)`` of one chunk of a file."""
+    row = conn.execute(
+        "SELECT chunk_id, heading_path, headings, content FROM chunks "
+        "WHERE file_id = ? AND chunk_index = ?",
+        (file_id, chunk_index),
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), str(row[2] or ""), str(row[3]))

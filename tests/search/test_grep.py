@@ -361,3 +361,13 @@ def test_an_index_without_grep_rows_gets_them_from_the_next_job(tmp_path: Path) 
     Indexer(settings).run([tmp_path / "notes"])  # the file itself is unchanged
     assert rows(run_grep(settings, "needle_x"))[0][:2] == ("notes/a.md", 6)
     assert rows(run_grep(settings, "title: A"))[0][:2] == ("notes/a.md", 2)
+
+
+def test_case_insensitive_matches_letters_that_fold_to_ascii(tmp_path: Path) -> None:
+    """The Kelvin sign matches k ignoring case (RE2, ripgrep, Python alike): a text
+    holding one is searched without the ASCII-lowered line prefilter, which would miss it."""
+    settings = index_one(tmp_path, {"t.md": "# T\n\nheat in \u212aelvin units\nkelvin again\n"})
+    for options in ({}, {"regex": True}):
+        got = run_grep(settings, "kelvin", **options)
+        assert [(p, n) for p, n, _, _ in rows(got)] == [("notes/t.md", 3), ("notes/t.md", 4)]
+    assert run_grep(settings, "kelvin", case_sensitive=True)["count"] == 1
