@@ -15,6 +15,8 @@ on PATH (Debian: ``apt-get install ripgrep``).
 
     nice -n 10 .venv/bin/python benchmarks/grep_vs_rg.py \\
         --corpus ../shared/corpora/awesome-copilot --workdir /tmp/bench-grep --out grep.json
+    nice -n 10 .venv/bin/python benchmarks/grep_vs_rg.py --generate 10000 \\
+        --workdir /tmp/bench-grep-10k --literals 50 --regexes 20 --out grep-10k.json
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from scale_corpus import generate
 
 import rifflux
 from rifflux.config import Settings
@@ -284,6 +287,13 @@ async def measure(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=SHARED_SOURCE)
+    parser.add_argument(
+        "--generate",
+        type=int,
+        metavar="N",
+        help="generate N files from --corpus's vocabulary (scale_corpus.py) into "
+        "WORKDIR/corpus, once, and measure on them instead",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-grep"))
     parser.add_argument("--literals", type=int, default=200)
     parser.add_argument("--regexes", type=int, default=50)
@@ -296,6 +306,11 @@ def main() -> int:
         return 1
     corpus = args.corpus.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.generate:
+        generated = args.workdir / "corpus"
+        if not generated.is_dir():
+            generate(generated, args.generate, source=corpus)
+        corpus = generated.resolve()
     rg_version = subprocess.run(["rg", "--version"], capture_output=True, text=True).stdout
     out: dict[str, Any] = {
         "machine": machine(),
