@@ -83,6 +83,21 @@ async def test_grep_leaves_out_files_outside_the_clients_roots(tmp_path: Path) -
     assert paths == {"docs/install.md", "docs/search.md"}  # not notes/gardening.txt
 
 
+async def test_an_edited_file_is_grepable_after_the_reindex_tool(tmp_path: Path) -> None:
+    """The queue's job (worker processes) writes the grep rows with the chunks."""
+    tree = build_tree(tmp_path / "work")
+    notes = tree.root / "notes" / "gardening.txt"
+    async with stdio_session(tree) as session:
+        before = await call_ok(session, "grep_rifflux", timeout=CALL_TIMEOUT_S, pattern="pH 6.5")
+        notes.write_text(notes.read_text() + "Keep the soil at pH 6.5 for basil.\n")
+        await call_ok(session, "reindex", timeout=CALL_TIMEOUT_S * 3, path="notes")
+        after = await call_ok(session, "grep_rifflux", timeout=CALL_TIMEOUT_S, pattern="pH 6.5")
+    assert before["count"] == 0
+    assert [(m["path"], m["line"], m["column"]) for m in after["matches"]] == [
+        ("notes/gardening.txt", 4, 18)
+    ]
+
+
 # -- worst cases while another client is served ------------------------------------------
 
 FILES = 600
