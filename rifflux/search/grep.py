@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import re
 import sqlite3
 import threading
 from bisect import bisect_right
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -522,7 +522,7 @@ def _context(data: bytes, line_start: int, count: int) -> tuple[list[str], list[
 # -- the search ------------------------------------------------------------------------
 
 TEXT_CACHE_BYTES = 64 << 20
-"""Decompressed texts a process keeps (least recently used dropped first): a warm grep
+"""Decompressed texts a process keeps (:class:`TextCache`): a warm grep
 verifies its candidates without inflating them again (zlib, ~0.1 ms for a file of 8 kB,
 most of a selective literal's time on awesome-copilot: BENCHMARKS.md)."""
 
@@ -539,20 +539,26 @@ class TextCache:
     """Stored texts by the sha256 of their file, bounded in bytes; thread-safe.
 
     A text is a function of its file's bytes, so a key never goes stale and the cache
-    serves every index of the process: a rewritten file has another sha256."""
+    serves every index of the process: a rewritten file has another sha256. Past the
+    bound a random entry goes, not the least recently used: a grep reads its candidates
+    in path order, so when they outnumber the cache, least-recently-used would drop each
+    text just before the next grep asks for it again (no hit at all), random eviction
+    keeps about the share of them that fits."""
 
-    def __init__(self, max_bytes: int = TEXT_CACHE_BYTES) -> None:
+    def __init__(self, max_bytes: int = TEXT_CACHE_BYTES, seed: int = 0) -> None:
         self.max_bytes = max_bytes
-        self._texts: OrderedDict[str, Text] = OrderedDict()
+        self._texts: dict[str, Text] = {}
+        self._keys: list[str] = []  # the keys, for an O(1) random pick
+        self._slots: dict[str, int] = {}  # key -> its place in _keys
         self._bytes = 0
         self._lock = threading.Lock()
+        self._random = random.Random(seed)
 
     def get(self, key: str, load: Callable[[], bytes]) -> Text:
         with self._lock:
             text = self._texts.get(key)
-            if text is not None:
-                self._texts.move_to_end(key)
-                return text
+        if text is not None:
+            return text
         data = load()
         text = Text(data, not data.isascii() and _folds_to_ascii(data))
         if len(data) > self.max_bytes // 8:
@@ -560,11 +566,23 @@ class TextCache:
         with self._lock:
             if key not in self._texts:
                 self._texts[key] = text
+                self._slots[key] = len(self._keys)
+                self._keys.append(key)
                 self._bytes += len(data)
                 while self._bytes > self.max_bytes:
-                    _, dropped = self._texts.popitem(last=False)
-                    self._bytes -= len(dropped.data)
+                    self._drop(self._random.randrange(len(self._keys)))
         return text
+
+    def _drop(self, slot: int) -> None:
+        key, last = self._keys[slot], self._keys[-1]
+        self._keys[slot] = last
+        self._slots[last] = slot
+        self._keys.pop()
+        del self._slots[key]
+        self._bytes -= len(self._texts.pop(key).data)
+
+    def __len__(self) -> int:
+        return len(self._texts)
 
 
 TEXTS = TextCache()

@@ -29,6 +29,7 @@ from rifflux.search.grep import (
     And,
     GrepRequest,
     Or,
+    TextCache,
     grep,
     plan,
 )
@@ -371,3 +372,23 @@ def test_case_insensitive_matches_letters_that_fold_to_ascii(tmp_path: Path) -> 
         got = run_grep(settings, "kelvin", **options)
         assert [(p, n) for p, n, _, _ in rows(got)] == [("notes/t.md", 3), ("notes/t.md", 4)]
     assert run_grep(settings, "kelvin", case_sensitive=True)["count"] == 1
+
+
+def test_the_text_cache_is_bounded_and_keeps_hits_when_scans_outgrow_it() -> None:
+    cache = TextCache(max_bytes=1000, seed=1)
+    loads: list[str] = []
+
+    def load(key: str) -> bytes:
+        loads.append(key)
+        return key.encode() * (100 // len(key))
+
+    keys = [f"k{i:03d}" for i in range(20)]  # 2,000 bytes in all: twice the bound
+    for _ in range(2):
+        for key in keys:
+            assert cache.get(key, lambda key=key: load(key)).data.startswith(key.encode())
+    # Least-recently-used would load all 20 again on the second pass (each dropped just
+    # before it is asked for); random eviction keeps some.
+    assert 20 < len(loads) < 40
+    assert len(cache) * 100 <= 1000
+    big = cache.get("big", lambda: b"x" * 200)  # over an eighth of the bound: not kept
+    assert big.data == b"x" * 200 and len(cache) * 100 <= 1000
