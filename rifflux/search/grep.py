@@ -224,10 +224,9 @@ def plan(pattern: str, *, regex: bool) -> Query | None:
     if _RE2_ONLY.search(pattern):
         return None
     try:
-        parsed = _parser.parse(pattern)
+        return _sequence(list(_parser.parse(pattern))).as_query()
     except (re.error, RecursionError, OverflowError):
-        return None
-    return _sequence(list(parsed)).as_query()
+        return None  # deeper than Python's stack: no plan, the scan runs
 
 
 _parser: Any = re._parser  # type: ignore[attr-defined]  # the stdlib's own regex parser
@@ -322,7 +321,10 @@ def fts_match(query: Query | None) -> str | None:
     it would need more than ``MAX_QUERY_TERMS`` trigrams."""
     if query is None:
         return None
-    rendered = _render(query, MAX_QUERY_TERMS)
+    try:
+        rendered = _render(query, MAX_QUERY_TERMS)
+    except RecursionError:
+        return None
     return rendered[0] if rendered is not None else None
 
 
@@ -359,7 +361,10 @@ class Matcher:
         running the regex on (:func:`line_literals`)."""
         self.needle: bytes | None = None
         self.regex: Any = None
-        self.literals = line_literals(query)
+        try:
+            self.literals = line_literals(query)
+        except RecursionError:
+            self.literals = None
         if not request.regex and request.case_sensitive:
             self.needle = request.pattern.encode("utf-8")
             return

@@ -267,6 +267,9 @@ def test_catastrophic_regexes_answer(indexed: tuple[Settings, dict], tmp_path: P
         mine = [(p, n) for p, n, _, _ in rows(got)]
         assert mine == [(p, n) for p, n, _, _ in want[: len(mine)]]
         assert got["truncated"] == (len(want) > len(mine))
+    deep = "(abc(def|" * 300 + "x" + "))" * 300  # deeper than Python's parser goes
+    got = run_grep(settings, deep, regex=True)
+    assert got["count"] == 0 and got["scanned"] is True
     huge = "|".join(f"w{i:05d}xyz" for i in range(1300))  # 13 kB of alternatives
     assert len(huge) > 10_000
     got = run_grep(settings, huge, regex=True)
