@@ -395,3 +395,23 @@ def test_the_text_cache_is_bounded_and_keeps_hits_when_scans_outgrow_it() -> Non
     assert len(cache) * 100 <= 1000
     big = cache.get("big", lambda: b"x" * 200)  # over an eighth of the bound: not kept
     assert big.data == b"x" * 200 and len(cache) * 100 <= 1000
+
+
+def test_a_passed_deadline_returns_the_matches_found_so_far(
+    indexed: tuple[Settings, dict],
+) -> None:
+    """A clock that advances one second per reading: the deadline passes after a few files
+    and the scan stops there, with what it found, truncated and a warning."""
+    settings, files = indexed
+    ticks = iter(range(1_000_000))
+    deadline = Deadline(20, clock=lambda: float(next(ticks)))
+    service = SearchService(settings)
+    try:
+        conn = service.connection()
+        got = grep(conn, GrepRequest.from_arguments("->", max_matches=1000), deadline)
+    finally:
+        service.close()
+    assert got["truncated"] is True and "deadline" in got["warning"]
+    want = reference(files, "->", regex=False, case_sensitive=False)
+    assert 0 < got["count"] < len(want)
+    assert [r[:3] for r in rows(got)] == [r[:3] for r in want[: got["count"]]]
