@@ -153,7 +153,84 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_mcp_config_parser(sub)
     add_eval_parser(sub)
+    add_grep_parser(sub)
     return parser
+
+
+def add_grep_parser(sub: Any) -> None:
+    """``rifflux grep``: the ``grep_rifflux`` tool's arguments as flags."""
+    from rifflux.search.grep import DEFAULT_MAX_MATCHES
+
+    grep = sub.add_parser(
+        "grep", help="find the lines holding an exact string or regex, from the index"
+    )
+    grep.add_argument("pattern", help="the text to find (a regex with --regex)")
+    grep.add_argument("--regex", action="store_true", help="read PATTERN as an RE2 regex")
+    grep.add_argument("--case-sensitive", action="store_true", help="match case exactly")
+    grep.add_argument(
+        "--path-glob",
+        action="append",
+        metavar="G",
+        help="only files whose indexed path matches this glob (repeatable)",
+    )
+    grep.add_argument(
+        "--context-lines", type=as_integer, default=0, metavar="N", help="context lines (0-10)"
+    )
+    grep.add_argument(
+        "--max-matches",
+        type=as_integer,
+        default=DEFAULT_MAX_MATCHES,
+        metavar="N",
+        help=f"the most matching lines to print (default: {DEFAULT_MAX_MATCHES})",
+    )
+    grep.add_argument(
+        "--max-tokens", type=as_integer, metavar="N", help="token budget for the matches"
+    )
+    _common_db(grep)
+    grep.add_argument("--json", action="store_true", help="print the MCP tool's JSON object")
+    grep.set_defaults(handler=cmd_grep)
+
+
+def cmd_grep(args: argparse.Namespace) -> int:
+    """Exit 0 with matches, 1 without, 2 on a bad pattern or flag (as grep), printed as
+    ``path:line:column:text`` (context lines ``path-line-text``)."""
+    from rifflux.errors import InvalidQueryError
+    from rifflux.search.grep import GrepRequest, grep
+
+    service = SearchService(_settings(args))
+    try:
+        request = GrepRequest.from_arguments(
+            args.pattern,
+            regex=args.regex,
+            case_sensitive=args.case_sensitive,
+            path_glob=args.path_glob,
+            context_lines=args.context_lines,
+            max_matches=args.max_matches,
+            max_tokens=args.max_tokens,
+        )
+        conn = service.connection()
+        deadline = service.deadline()
+        with deadline.guarding(conn):
+            response = grep(conn, request, deadline)
+    except InvalidQueryError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    finally:
+        service.close()
+    if args.json:
+        _print_json(response)
+    else:
+        if "warning" in response:
+            print(f"rifflux: warning: {response['warning']}", file=sys.stderr)
+        for match in response["matches"]:
+            path, line = match["path"], match["line"]
+            for offset, text in enumerate(match["before"], start=line - len(match["before"])):
+                print(f"{path}-{offset}-{text}")
+            print(f"{path}:{line}:{match['column']}:{match['text']}")
+            for offset, text in enumerate(match["after"], start=line + 1):
+                print(f"{path}-{offset}-{text}")
+        if response["truncated"]:
+            print("rifflux: more matches not shown (raise --max-matches)", file=sys.stderr)
+    return 0 if response["count"] else 1
 
 
 def _settings(args: argparse.Namespace) -> Settings:

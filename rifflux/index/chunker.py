@@ -32,7 +32,7 @@ import hashlib
 import re
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from pathlib import PurePosixPath
 from typing import NamedTuple
@@ -84,6 +84,10 @@ class Chunk:
     heading_path: str  # e.g. "Guide > Install > Linux"; "" outside any heading
     content: str  # markdown source slice, stripped
     headings: tuple[HeadingMark, ...] = ()  # top-level headings starting in it, in order
+    # Where its source slice (the content after a repeated table header) starts in the
+    # normalised text: how a line of the file finds its chunk (rifflux.store.grep_text).
+    # Not part of what a chunk is: two chunks of the same text compare equal.
+    start: int = field(default=0, compare=False)
 
 
 class _Atom(NamedTuple):
@@ -574,5 +578,6 @@ def _chunks(src: str, drafts: list[_Draft], marks: Sequence[tuple[int, str]] = (
         first, last = bisect_left(offsets, draft.start), bisect_left(offsets, draft.end)
         shift = len(draft.lead) - draft.start
         headings = tuple(HeadingMark(offset + shift, path) for offset, path in marks[first:last])
-        chunks.append(Chunk(index, draft.path, draft.lead + src[draft.start : draft.end], headings))
+        content = draft.lead + src[draft.start : draft.end]
+        chunks.append(Chunk(index, draft.path, content, headings, draft.start))
     return chunks

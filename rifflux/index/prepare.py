@@ -20,7 +20,7 @@ import numpy as np
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
 from rifflux.index.chunker import chunk_document, chunk_id_for
-from rifflux.index.frontmatter import split_front_matter
+from rifflux.index.frontmatter import normalize_text, split_front_matter
 from rifflux.index.kinds import classify
 from rifflux.store.rows import PreparedChunk, PreparedFile, headings_json
 
@@ -41,7 +41,8 @@ def text_sha256(text: str) -> str:
 
 
 def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFile:
-    """The file's chunks, without its front matter, and its knowledge row."""
+    """The file's chunks, without its front matter, its knowledge row, and its whole text
+    (front matter included) with each chunk's first line, for grep."""
     front = split_front_matter(work.text, work.rel_path)
     parts = chunk_document(
         front.body, work.rel_path, max_chars=max_chars, min_chars=min_chars, title=front.title
@@ -65,7 +66,21 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
         chunks,
         knowledge=classify(work.rel_path, front, [chunk.content for chunk in parts]),
         front_matter_problem=front.problem,
+        text=normalize_text(work.text),
+        chunk_lines=chunk_lines(front.body, [chunk.start for chunk in parts]),
     )
+
+
+def chunk_lines(body: str, starts: Sequence[int]) -> tuple[int, ...]:
+    """The 1-based line of each chunk start offset (ascending) in ``body``, which keeps
+    the file's line numbers (front matter is blanked, not cut: rifflux.index.frontmatter)."""
+    lines = []
+    line, at = 1, 0
+    for start in starts:
+        line += body.count("\n", at, start)
+        at = start
+        lines.append(line)
+    return tuple(lines)
 
 
 def embed_texts(embedder: Embedder, texts: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:

@@ -63,7 +63,7 @@ from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.logs import configure_logging
-from rifflux.mcp import knowledge_tools, tools
+from rifflux.mcp import grep_tool, knowledge_tools, tools
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.host_config import launcher
 from rifflux.mcp.http import MCP_PATH, check_bind, serve_http
@@ -96,7 +96,8 @@ MAX_INPUT_REPR = 80
 
 INSTRUCTIONS = (
     "Rifflux searches a local index of markdown and text files. Use search_rifflux to "
-    "find chunks, get_chunk/get_file/multi_get to read them in full, search_decisions "
+    "find chunks, grep_rifflux for exact strings and regexes, get_chunk/get_file/multi_get "
+    "to read them in full, search_decisions "
     "and search_errors for decision records and error fixes, index_status/context_stats "
     "to see what is indexed, and reindex after files change."
 )
@@ -307,6 +308,7 @@ def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
         return await _in_thread(tools.get_file, ctx, path, roots, heading, max_tokens)
 
     knowledge_tools.register(server, ctx, _in_thread, client_roots)
+    grep_tool.register(server, ctx, _in_thread, client_roots)
 
 
 def _one_line(text: str) -> str:

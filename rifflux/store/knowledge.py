@@ -39,9 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from rifflux.store import grep_text
+from rifflux.store.grep_text import has_grep
 from rifflux.store.reader import paths_under
 from rifflux.store.rows import KINDS, FileKnowledge
-from rifflux.store.schema import KNOWLEDGE_TABLE, has_schema_object
+from rifflux.store.schema import GREP_TABLE, KNOWLEDGE_TABLE, has_schema_object
 
 
 def has_knowledge(conn: sqlite3.Connection) -> bool:
@@ -101,9 +103,16 @@ FILE_STATES_PAGE = 2_000
 def _file_states_select(conn: sqlite3.Connection, version: int) -> tuple[str, tuple[int, ...]]:
     """The SELECT of :func:`file_states` rows, with its leading parameters."""
     if has_knowledge(conn):
+        # A file without its grep text row is stale too (rifflux.store.grep_text).
+        text_stale, text_join = (
+            (" OR t.sha256 IS NOT f.sha256", f"LEFT JOIN {GREP_TABLE} t ON t.file_id = f.id ")
+            if has_grep(conn)
+            else ("", "")
+        )
         sql = (
-            "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, k.version IS NOT ? FROM files f "
-            "LEFT JOIN file_knowledge k ON k.file_id = f.id "
+            "SELECT f.path, f.mtime_ns, f.size_bytes, f.sha256, "
+            f"(k.version IS NOT ?{text_stale}) FROM files f "
+            "LEFT JOIN file_knowledge k ON k.file_id = f.id " + text_join
         )
         return sql, (version,)
     return "SELECT path, mtime_ns, size_bytes, sha256, 1 FROM files f ", ()
@@ -114,7 +123,7 @@ def file_states(
 ) -> Iterator[tuple[str, int, int, str, bool]]:
     """(path, mtime_ns, size_bytes, sha256, stale) of every stored file, sorted by path,
     lazily: ``stale`` when its knowledge row is missing or was built by another rule
-    version (:func:`stale_paths`).
+    version, or its grep text row is missing or outdated (:func:`stale_paths`).
 
     Read a page of ``page`` rows at a time, each page its own short read from the
     ``files(path)`` index after the last path of the previous one: a plan merges this
@@ -153,8 +162,9 @@ def file_states_at(
 
 
 def stale_paths(conn: sqlite3.Connection, version: int) -> set[str]:
-    """Stored files whose knowledge row is missing or was built by another rule version:
-    the next job re-chunks them even when unchanged (one read of the two tables)."""
+    """Stored files whose knowledge row is missing or was built by another rule version,
+    or whose grep text row is missing or outdated (rifflux.store.grep_text): the next job
+    re-chunks them even when unchanged (one read of the tables)."""
     if not has_knowledge(conn):
         return {str(row[0]) for row in conn.execute("SELECT path FROM files")}
     rows = conn.execute(
@@ -162,7 +172,7 @@ def stale_paths(conn: sqlite3.Connection, version: int) -> set[str]:
         "WHERE k.version IS NOT ? ",
         (version,),
     )
-    return {str(row[0]) for row in rows}
+    return {str(row[0]) for row in rows} | grep_text.stale_paths(conn)
 
 
 # The chunks of decision files, and the chunks inside an error pair of other files: the

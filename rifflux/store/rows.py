@@ -77,6 +77,10 @@ class PreparedFile:
     knowledge: FileKnowledge | None = None
     # Why the file's front matter was kept as text (malformed), for the job's skip list.
     front_matter_problem: str | None = None
+    # The whole text as indexed (front matter included) and the 1-based line where each
+    # chunk starts: the file's grep rows (rifflux.store.grep_text); None writes none.
+    text: str | None = None
+    chunk_lines: tuple[int, ...] = ()
 
 
 def headings_json(headings: Sequence[tuple[int, str]]) -> str:

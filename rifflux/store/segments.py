@@ -44,12 +44,12 @@ from rifflux.store.cjk import CJK_TABLE
 from rifflux.store.connection import retry_on_busy, transaction
 from rifflux.store.fts import FTS_TABLE
 from rifflux.store.paths import PATH_TABLE
-from rifflux.store.schema import ABOUT_TABLE
+from rifflux.store.schema import ABOUT_TABLE, TRIGRAM_TABLE
 
 log = structlog.get_logger(__name__)
 
 # Every FTS5 table of the index (names are constants: formatted into SQL, never user text).
-FTS5_TABLES = (FTS_TABLE, PATH_TABLE, ABOUT_TABLE, CJK_TABLE)
+FTS5_TABLES = (FTS_TABLE, PATH_TABLE, ABOUT_TABLE, CJK_TABLE, TRIGRAM_TABLE)
 # The structure record's rowid in ``<table>_data`` (FTS5_STRUCTURE_ROWID in fts5_index.c).
 _STRUCTURE_ROWID = 10
 # ``PRAGMA auto_vacuum`` of an index whose free pages can be released (2: incremental).

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rifflux.store import cjk, knowledge
+from rifflux.store import cjk, grep_text, knowledge
 from rifflux.store.connection import transaction
 from rifflux.store.reader import INDEXED_ROOTS_KEY, IndexReader
 from rifflux.store.rows import PreparedFile
@@ -107,8 +107,9 @@ class IndexWriter(IndexReader):
             return value
 
     def write_rows(self, files: Sequence[PreparedFile], model: str) -> RowsStats:
-        """Replace the chunks (and so the FTS rows) of every file in ``files``, and its
-        knowledge rows (front matter fields, kind, tags, error pairs).
+        """Replace the chunks (and so the FTS rows) of every file in ``files``, its
+        knowledge rows (front matter fields, kind, tags, error pairs) and its grep rows
+        (whole text and trigrams, rifflux.store.grep_text).
 
         The lexical phase: call inside a transaction. A chunk whose embedded text already
         has a ``model`` vector anywhere in the index gets a copy of it here; every other
@@ -158,9 +159,14 @@ class IndexWriter(IndexReader):
                 _INSERT_CHUNKS + ", ".join([_CHUNK_VALUES] * len(part)),
                 [value for row in part for value in row],
             )
+        with_text = grep_text.has_grep(conn)
         for file_id, prepared in zip(file_ids, files, strict=True):
             if prepared.knowledge is not None:
                 knowledge.write_file(conn, file_id, prepared.knowledge)
+            if with_text and prepared.text is not None:
+                grep_text.write_file(
+                    conn, file_id, prepared.sha256, prepared.text, prepared.chunk_lines
+                )
             # Most files have no CJK text: one regex scan per chunk, and no read back.
             if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in prepared.chunks):
                 cjk.write_side_rows(conn, file_id)
@@ -241,6 +247,7 @@ class IndexWriter(IndexReader):
     def delete_files(self, paths: Sequence[str]) -> int:
         """Delete files with their chunks, FTS entries and vectors, in one transaction."""
         with self.transaction():
+            grep_text.forget_files(self.conn, paths)
             deleted = 0
             for path in paths:
                 deleted += self.conn.execute("DELETE FROM files WHERE path = ?", (path,)).rowcount

@@ -74,6 +74,7 @@ TOOL_NAMES = (
     "search_errors",
     "context_stats",
     "multi_get",
+    "grep_rifflux",
 )
 """Every tool the server lists, in registration order."""
 

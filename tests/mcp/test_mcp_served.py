@@ -137,6 +137,8 @@ async def returned_paths(session: ClientSession) -> set[str]:
     for globs in (["**/credentials.md"], ["sec/**"], ["**/id_rsa.md"], ["**/.env.md"], ["**"]):
         found = await ok(session, "multi_get", paths=globs)
         paths |= {file["path"] for file in found["files"]}
+    found = await ok(session, "grep_rifflux", pattern=WORD, max_matches=1000)
+    paths |= {match["path"] for match in found["matches"]}
     return paths
 
 

@@ -1,0 +1,771 @@
+"""Exact and regex search over the indexed files' whole text, answered from the index.
+
+A pattern is planned into the trigrams its every match must contain (Russ Cox, "Regular
+Expression Matching with a Trigram Index"): the literal itself, or for a regex an AND/OR
+of the literal strings its matches require, read from Python's own regex parser. The
+trigram table (rifflux.store.grep_text) names the files holding them; each candidate's
+stored text is then searched with the exact pattern. A pattern that requires no string
+of three characters or more is searched in every file's text ("scanned": true).
+
+Invariants:
+
+* Line semantics are ripgrep's: a match never spans a line break (RE2's ``never_nl``,
+  so ``\\s`` and ``[^x]`` do not match ``\\n``), ``^`` and ``$`` are a line's ends, and
+  one entry is reported per matching line, at its first match. ``line`` and ``column``
+  are 1-based; ``column`` counts characters (code points), not bytes.
+* Verification runs in RE2 (linear in the text whatever the pattern: ``(a+)+$`` cannot
+  backtrack) over the UTF-8 bytes of one file at a time: only on the lines that hold a
+  literal every match needs (:func:`line_literals`, found by ``bytes.find``), else in
+  windows of whole lines of ``WINDOW_BYTES``; the deadline is checked between windows
+  (or lines) and files, and when it passes the matches found so far are returned with
+  ``truncated`` and a ``warning``.
+  RE2 releases the GIL while it searches, so other calls keep being served. Its syntax
+  is ripgrep's (no look-around, no backreferences): such a pattern is refused in one line.
+* The plan only ever widens the candidates: a planner that cannot read a pattern
+  (RE2-only syntax such as ``[[:alpha:]]`` or ``\\pL``) plans no literal and scans.
+  Results are exact whatever the plan: every candidate is verified.
+* Output is bounded: ``max_matches`` entries, ``max_tokens`` of estimated tokens (entries
+  in order while they fit), ``MAX_RESPONSE_CHARS`` of lines in all, lines cut to
+  ``MAX_LINE_CHARS``; ``truncated`` says more matching lines exist (or may: the deadline
+  stopped the search).
+* Entries come in path order, then line order; ``admit`` (the caller's allowed roots and
+  deny list) leaves out a file before any of its lines is counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import re
+import sqlite3
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import re2
+
+from rifflux.errors import InvalidQueryError, RiffluxError
+from rifflux.search.budget import estimate_tokens
+from rifflux.search.deadline import Deadline
+from rifflux.search.globs import GlobMatcher, compile_glob
+from rifflux.search.request import check_max_tokens, check_path_glob
+from rifflux.store import grep_text
+from rifflux.store.connection import transaction
+
+MAX_GREP_PATTERN_CHARS = 16_384
+"""The longest pattern accepted."""
+DEFAULT_MAX_MATCHES = 50
+MAX_MAX_MATCHES = 1_000
+MAX_CONTEXT_LINES = 10
+MAX_LINE_CHARS = 500
+"""A longer line (or context line) is cut to this many characters around its match."""
+MAX_RESPONSE_CHARS = 250_000
+"""Characters of matched and context lines one response carries at most, whatever
+``max_matches`` and ``max_tokens`` allow: a client reads a tool result as one message
+(the MCP SDK's streamable HTTP client refuses events over 1 MiB, and the result travels
+twice, as structured content and as its JSON text)."""
+WINDOW_BYTES = 1 << 20
+"""Bytes of whole lines RE2 searches between two deadline checks (~1 ms of DFA search)."""
+ENTRY_OVERHEAD_CHARS = 150
+"""An entry's keys, numbers, chunk id and breadcrumb, counted towards the response size."""
+MAX_EXACT = 16
+"""The most strings the planner tracks for what a piece of a regex matches exactly."""
+MAX_CLASS_CHARS = 8
+"""A character class of more characters is planned as any character."""
+MAX_TRIGRAMS_PER_LITERAL = 32
+"""Trigrams of one literal asked of the index, spread over it. All of them are the most
+selective filter (the table keeps no positions, so a large file holds the common ones
+anyway): 87 candidate files on average against 98 with 12, for 200 selective literals
+on awesome-copilot, at the same query time (0.4 ms)."""
+MAX_QUERY_TERMS = 512
+"""Trigrams in one index query; a plan needing more is not asked (the scan runs)."""
+MIN_LITERAL = 3
+# Syntax RE2 reads and Python's parser reads otherwise (or not at all): no plan then.
+_RE2_ONLY = re.compile(r"\[:\^?[a-z]+:\]|\\[pPQEC]|\\z|\(\?[a-zA-Z]*U")
+
+
+@dataclass(frozen=True, slots=True)
+class GrepRequest:
+    """One grep, checked: the same values from MCP and from ``rifflux grep``."""
+
+    pattern: str
+    regex: bool = False
+    case_sensitive: bool = False
+    path_glob: tuple[str, ...] | None = None
+    context_lines: int = 0
+    max_matches: int = DEFAULT_MAX_MATCHES
+    max_tokens: int | None = None
+
+    @classmethod
+    def from_arguments(
+        cls,
+        pattern: object,
+        *,
+        regex: object = False,
+        case_sensitive: object = False,
+        path_glob: object = None,
+        context_lines: object = 0,
+        max_matches: object = DEFAULT_MAX_MATCHES,
+        max_tokens: object = None,
+    ) -> GrepRequest:
+        if not isinstance(pattern, str) or not pattern:
+            raise InvalidQueryError(
+                f"pattern must be a non-empty string (got {_shown(pattern)}); "
+                "pass the text or regex to find"
+            )
+        if len(pattern) > MAX_GREP_PATTERN_CHARS:
+            raise InvalidQueryError(
+                f"pattern is {len(pattern)} characters, at most {MAX_GREP_PATTERN_CHARS} "
+                "are accepted; search for a shorter part of it"
+            )
+        return cls(
+            pattern=pattern,
+            regex=_flag("regex", regex),
+            case_sensitive=_flag("case_sensitive", case_sensitive),
+            path_glob=check_path_glob(path_glob),
+            context_lines=_integer("context_lines", context_lines, 0, MAX_CONTEXT_LINES),
+            max_matches=_integer("max_matches", max_matches, 1, MAX_MAX_MATCHES),
+            max_tokens=check_max_tokens(max_tokens),
+        )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidQueryError(f"{name} must be true or false (got {_shown(value)})")
+    return value
+
+
+def _integer(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidQueryError(
+            f"{name} must be an integer between {low} and {high} (got {_shown(value)})"
+        )
+    return value
+
+
+# -- planning: the trigrams a match requires -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    parts: tuple[Query, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    parts: tuple[Query, ...]
+
+
+Query = str | And | Or
+"""What a match requires of the text: a literal (of ``MIN_LITERAL`` characters or more)
+it contains, or all / any of several such requirements. None: nothing known."""
+
+
+def _and(*parts: Query | None) -> Query | None:
+    flat: list[Query] = []
+    for part in parts:
+        if isinstance(part, And):
+            flat.extend(part.parts)
+        elif part is not None:
+            flat.append(part)
+    unique = tuple(dict.fromkeys(flat))
+    if not unique:
+        return None
+    return unique[0] if len(unique) == 1 else And(unique)
+
+
+def _or(parts: Sequence[Query | None]) -> Query | None:
+    flat: list[Query] = []
+    for part in parts:
+        if part is None:
+            return None  # one branch that requires nothing: the OR requires nothing
+        flat.extend(part.parts if isinstance(part, Or) else (part,))
+    unique = tuple(dict.fromkeys(flat))
+    if not unique:
+        return None
+    return unique[0] if len(unique) == 1 else Or(unique)
+
+
+@dataclass(frozen=True, slots=True)
+class _Info:
+    """What a piece of a regex matches: exactly one of ``exact`` (every string it can
+    match, when few) or ``query`` (what any of its matches contains; None: unknown)."""
+
+    exact: frozenset[str] | None
+    query: Query | None = None
+
+    def as_query(self) -> Query | None:
+        if self.exact is None:
+            return self.query
+        if any(len(s) < MIN_LITERAL for s in self.exact):
+            return None
+        return _or(sorted(self.exact))
+
+
+_UNKNOWN = _Info(None, None)
+_EMPTY = _Info(frozenset({""}))
+
+
+def plan(pattern: str, *, regex: bool) -> Query | None:
+    """What every match of ``pattern`` contains (case aside), or None when nothing of
+    ``MIN_LITERAL`` characters is required (the text must be scanned)."""
+    if not regex:
+        return pattern if len(pattern) >= MIN_LITERAL and "\n" not in pattern else None
+    if _RE2_ONLY.search(pattern):
+        return None
+    try:
+        return _sequence(list(_parser.parse(pattern))).as_query()
+    except (re.error, RecursionError, OverflowError):
+        return None  # deeper than Python's stack: no plan, the scan runs
+
+
+_parser: Any = re._parser  # type: ignore[attr-defined]  # the stdlib's own regex parser
+_c: Any = re._constants  # type: ignore[attr-defined]
+
+
+def _sequence(items: Sequence[tuple[Any, Any]]) -> _Info:
+    exact: frozenset[str] | None = frozenset({""})
+    query: Query | None = None
+    flushed = False
+    for op, av in items:
+        info = _node(op, av)
+        if (
+            exact is not None
+            and info.exact is not None
+            and len(exact) * len(info.exact) <= MAX_EXACT
+        ):
+            exact = frozenset(a + b for a in exact for b in info.exact)
+            continue
+        flushed = True
+        query = _and(query, _Info(exact).as_query() if exact is not None else None)
+        if info.exact is not None:
+            exact = info.exact
+        else:
+            query = _and(query, info.query)
+            exact = None
+    if not flushed:
+        return _Info(exact)
+    tail = _Info(exact).as_query() if exact is not None else None
+    return _Info(None, _and(query, tail))
+
+
+def _node(op: Any, av: Any) -> _Info:
+    if op is _c.LITERAL:
+        return _Info(frozenset({chr(av)}))
+    if op is _c.IN:
+        return _char_class(av)
+    if op is _c.SUBPATTERN:
+        return _sequence(list(av[-1]))
+    if op is _c.ATOMIC_GROUP:
+        return _sequence(list(av))
+    if op is _c.BRANCH:
+        branches = [_sequence(list(b)) for b in av[1]]
+        if all(b.exact is not None for b in branches):
+            union = frozenset().union(*(b.exact for b in branches if b.exact is not None))
+            if len(union) <= MAX_EXACT:
+                return _Info(union)
+        return _Info(None, _or([b.as_query() for b in branches]))
+    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
+        low, high, body = av
+        inner = _sequence(list(body))
+        if low == 0:
+            if high == 1 and inner.exact is not None and len(inner.exact) < MAX_EXACT:
+                return _Info(inner.exact | {""})
+            return _UNKNOWN
+        if low == high and inner.exact is not None and len(inner.exact) ** low <= MAX_EXACT:
+            strings = frozenset({""})
+            for _ in range(low):
+                strings = frozenset(a + b for a in strings for b in inner.exact)
+            return _Info(strings)
+        return _Info(None, inner.as_query())
+    if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+        return _EMPTY
+    return _UNKNOWN  # any character, a negated literal, a group reference
+
+
+def _char_class(items: Sequence[tuple[Any, Any]]) -> _Info:
+    chars: set[str] = set()
+    for op, av in items:
+        if op is _c.LITERAL:
+            chars.add(chr(av))
+        elif op is _c.RANGE and av[1] - av[0] < MAX_CLASS_CHARS:
+            chars.update(chr(c) for c in range(av[0], av[1] + 1))
+        else:
+            return _UNKNOWN  # a negation, a category (\d, \w) or a wide range
+        if len(chars) > MAX_CLASS_CHARS:
+            return _UNKNOWN
+    return _Info(frozenset(chars)) if chars else _UNKNOWN
+
+
+def _trigram_terms(literal: str) -> list[str]:
+    grams = list(dict.fromkeys(literal[i : i + 3] for i in range(len(literal) - 2)))
+    if len(grams) > MAX_TRIGRAMS_PER_LITERAL:
+        step = (len(grams) - 1) / (MAX_TRIGRAMS_PER_LITERAL - 1)
+        grams = [grams[round(k * step)] for k in range(MAX_TRIGRAMS_PER_LITERAL)]
+    return ['"' + g.replace('"', '""') + '"' for g in grams]
+
+
+def fts_match(query: Query | None) -> str | None:
+    """The FTS5 query over ``file_trigrams`` for ``query`` (each literal as the AND of
+    its trigrams: the table keeps no positions), or None when there is none to ask or
+    it would need more than ``MAX_QUERY_TERMS`` trigrams."""
+    if query is None:
+        return None
+    try:
+        rendered = _render(query, MAX_QUERY_TERMS)
+    except RecursionError:
+        return None
+    return rendered[0] if rendered is not None else None
+
+
+def _render(query: Query, budget: int) -> tuple[str, int] | None:
+    """(MATCH text, trigrams used) within ``budget``, or None when it cannot fit; an AND
+    drops the parts that do not fit (a weaker filter), an OR cannot."""
+    if isinstance(query, str):
+        terms = _trigram_terms(query)
+        return ("(" + " AND ".join(terms) + ")", len(terms)) if len(terms) <= budget else None
+    rendered: list[str] = []
+    used = 0
+    for part in query.parts:
+        got = _render(part, budget - used)
+        if got is None:
+            if isinstance(query, Or):
+                return None
+            continue
+        rendered.append(got[0])
+        used += got[1]
+    if not rendered:
+        return None
+    joiner = " AND " if isinstance(query, And) else " OR "
+    return "(" + joiner.join(rendered) + ")", used
+
+
+# -- verification: the matching lines of one text -------------------------------------
+
+
+class Matcher:
+    """Finds the first match of each matching line in a text's UTF-8 bytes."""
+
+    def __init__(self, request: GrepRequest, query: Query | None = None) -> None:
+        """``query``: what every match contains (:func:`plan`), to find the lines worth
+        running the regex on (:func:`line_literals`)."""
+        self.needle: bytes | None = None
+        self.regex: Any = None
+        try:
+            self.literals = line_literals(query)
+        except RecursionError:
+            self.literals = None
+        if not request.regex and request.case_sensitive:
+            self.needle = request.pattern.encode("utf-8")
+            return
+        options = re2.Options()
+        options.never_nl = True  # ripgrep's line semantics: no match spans a line break
+        options.case_sensitive = request.case_sensitive
+        options.literal = not request.regex
+        options.log_errors = False
+        pattern = request.pattern if options.literal else "(?m)" + request.pattern
+        try:
+            self.regex = re2.compile(pattern, options)
+        except re2.error as exc:
+            why = exc.args[0].decode("utf-8", "replace") if exc.args else str(exc)
+            if isinstance(why, bytes):
+                why = why.decode("utf-8", "replace")
+            raise InvalidQueryError(
+                f"pattern is not a valid regex: {why}; grep takes RE2 (ripgrep) syntax, "
+                "without look-around or backreferences"
+            ) from None
+
+    def hits(
+        self, data: bytes, check: Callable[[], bool], *, folds: bool = True
+    ) -> Iterator[tuple[int, int]]:
+        """``(line start, match start)`` byte offsets, one per matching line, in order.
+        ``check`` is called between windows; it returns True to stop. ``folds``: the text
+        may hold a character that matches an ASCII letter ignoring case (:class:`Text`)."""
+        if self.needle is not None:
+            yield from self._needle_hits(data, self.needle)
+            return
+        if self.literals is not None and not folds:
+            yield from self._prefiltered_hits(data, self.literals, check)
+            return
+        size = len(data)
+        pos = 0
+        while pos < size:
+            cut = data.find(b"\n", min(pos + WINDOW_BYTES, size))
+            end = size if cut < 0 else cut + 1
+            found = self.regex.search(data, pos, end)
+            start = -1 if found is None else found.start()
+            if start < 0 or (start >= end and end < size):
+                pos = end  # none in this window (a match at its end is the next line's)
+                if check():
+                    return
+                continue
+            if start >= size and (size == 0 or data[size - 1] == 0x0A):
+                return  # the empty "line" after the final newline is not a line
+            yield data.rfind(b"\n", 0, start) + 1, start
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                return
+            pos = newline + 1
+
+    def _prefiltered_hits(
+        self, data: bytes, literals: Sequence[bytes], check: Callable[[], bool]
+    ) -> Iterator[tuple[int, int]]:
+        """:meth:`hits` with RE2 run only on the lines holding one of ``literals`` (ASCII,
+        lower case), found in the text lowered (ASCII) by ``bytes.find``: ripgrep's
+        literal prefilter, several times faster than RE2 over every byte."""
+        lowered = data.lower()
+        starts: set[int] = set()
+        for literal in literals:
+            pos = lowered.find(literal)
+            while pos >= 0:
+                line_start = data.rfind(b"\n", 0, pos) + 1
+                starts.add(line_start)
+                newline = data.find(b"\n", pos)
+                if newline < 0:
+                    break
+                pos = lowered.find(literal, newline + 1)
+        size = len(data)
+        for number, line_start in enumerate(sorted(starts)):
+            if number % PREFILTER_LINES_PER_CHECK == PREFILTER_LINES_PER_CHECK - 1 and check():
+                return
+            newline = data.find(b"\n", line_start)
+            end = size if newline < 0 else newline + 1
+            found = self.regex.search(data, line_start, end)
+            if found is not None and (found.start() < end or end == size):
+                yield line_start, found.start()
+
+    @staticmethod
+    def _needle_hits(data: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
+        if b"\n" in needle:
+            return
+        pos = 0
+        while True:
+            start = data.find(needle, pos)
+            if start < 0:
+                return
+            yield data.rfind(b"\n", 0, start) + 1, start
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                return
+            pos = newline + 1
+
+
+# Non-ASCII characters that RE2 (and Unicode simple case folding) match with an ASCII
+# letter ignoring case: the Kelvin sign with k, the long s with s. A text holding one is
+# searched without the ASCII-lowered prefilter, which would miss them.
+_FOLDS_TO_ASCII = ("\u212a".encode(), "\u017f".encode())
+
+
+def _folds_to_ascii(data: bytes) -> bool:
+    return any(folded in data for folded in _FOLDS_TO_ASCII)
+
+
+PREFILTER_LINES_PER_CHECK = 1024
+"""Lines verified between two deadline checks when the prefilter picked them."""
+
+
+def line_literals(query: Query | None) -> list[bytes] | None:
+    """Literals one of which every matching line holds (ASCII, lower case), from what
+    every match contains: a literal itself, every branch's of an OR, the longest part's
+    of an AND; None when there is none (or a literal is not ASCII)."""
+    if query is None:
+        return None
+    if isinstance(query, str):
+        return [query.lower().encode()] if query.isascii() else None
+    parts = [line_literals(part) for part in query.parts]
+    if isinstance(query, Or):
+        if any(p is None for p in parts):
+            return None
+        return list(dict.fromkeys(lit for p in parts if p is not None for lit in p))
+    known = [p for p in parts if p is not None]
+    return max(known, key=lambda p: min(len(lit) for lit in p)) if known else None
+
+
+def _line_at(data: bytes, start: int) -> str:
+    end = data.find(b"\n", start)
+    return data[start : end if end >= 0 else len(data)].decode("utf-8", "replace")
+
+
+def _cut(line: str, column: int = 1) -> str:
+    """``line`` within ``MAX_LINE_CHARS``, around ``column``, ``…`` where it was cut."""
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    first = max(0, min(column - 1 - MAX_LINE_CHARS // 4, len(line) - MAX_LINE_CHARS))
+    piece = line[first : first + MAX_LINE_CHARS]
+    return ("…" if first else "") + piece + ("…" if first + MAX_LINE_CHARS < len(line) else "")
+
+
+def _context(data: bytes, line_start: int, count: int) -> tuple[list[str], list[str]]:
+    """Up to ``count`` lines before and after the line starting at ``line_start``."""
+    before: list[str] = []
+    at = line_start
+    while len(before) < count and at > 0:
+        previous = data.rfind(b"\n", 0, at - 1) + 1
+        before.append(_cut(data[previous : at - 1].decode("utf-8", "replace")))
+        at = previous
+    before.reverse()
+    after: list[str] = []
+    end = data.find(b"\n", line_start)
+    while len(after) < count and end >= 0 and end + 1 < len(data):
+        following = data.find(b"\n", end + 1)
+        stop = following if following >= 0 else len(data)
+        after.append(_cut(data[end + 1 : stop].decode("utf-8", "replace")))
+        end = following
+    return before, after
+
+
+# -- the search ------------------------------------------------------------------------
+
+TEXT_CACHE_BYTES = 64 << 20
+"""Decompressed texts a process keeps (:class:`TextCache`): a warm grep
+verifies its candidates without inflating them again (zlib, ~0.1 ms for a file of 8 kB,
+most of a selective literal's time on awesome-copilot: BENCHMARKS.md)."""
+
+
+class Text(NamedTuple):
+    """A stored text as UTF-8 bytes, and whether it holds a character RE2 matches with an
+    ASCII letter ignoring case (then the ASCII prefilter is not used on it)."""
+
+    data: bytes
+    folds: bool
+
+
+class TextCache:
+    """Stored texts by the sha256 of their file, bounded in bytes; thread-safe.
+
+    A text is a function of its file's bytes, so a key never goes stale and the cache
+    serves every index of the process: a rewritten file has another sha256. Past the
+    bound a random entry goes, not the least recently used: a grep reads its candidates
+    in path order, so when they outnumber the cache, least-recently-used would drop each
+    text just before the next grep asks for it again (no hit at all), random eviction
+    keeps about the share of them that fits."""
+
+    def __init__(self, max_bytes: int = TEXT_CACHE_BYTES, seed: int = 0) -> None:
+        self.max_bytes = max_bytes
+        self._texts: dict[str, Text] = {}
+        self._keys: list[str] = []  # the keys, for an O(1) random pick
+        self._slots: dict[str, int] = {}  # key -> its place in _keys
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+
+    def get(self, key: str, load: Callable[[], bytes]) -> Text:
+        with self._lock:
+            text = self._texts.get(key)
+        if text is not None:
+            return text
+        data = load()
+        text = Text(data, not data.isascii() and _folds_to_ascii(data))
+        if len(data) > self.max_bytes // 8:
+            return text  # one large file would push out many small ones
+        with self._lock:
+            if key not in self._texts:
+                self._texts[key] = text
+                self._slots[key] = len(self._keys)
+                self._keys.append(key)
+                self._bytes += len(data)
+                while self._bytes > self.max_bytes:
+                    self._drop(self._random.randrange(len(self._keys)))
+        return text
+
+    def _drop(self, slot: int) -> None:
+        key, last = self._keys[slot], self._keys[-1]
+        self._keys[slot] = last
+        self._slots[last] = slot
+        self._keys.pop()
+        del self._slots[key]
+        self._bytes -= len(self._texts.pop(key).data)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+
+TEXTS = TextCache()
+
+
+@dataclass(slots=True)
+class _Collected:
+    matches: list[dict[str, Any]]
+    tokens: int = 0
+    chars: int = 0
+    truncated: bool = False
+    stopped: bool = False  # the deadline passed
+
+
+def grep(
+    conn: sqlite3.Connection,
+    request: GrepRequest,
+    deadline: Deadline,
+    admit: Callable[[str], bool] = lambda path: True,
+) -> dict[str, Any]:
+    """``{pattern, regex, count, truncated, scanned, matches}`` (and a ``warning`` when
+    the deadline stopped the search) for ``request`` over the index on ``conn``; run it
+    inside ``deadline.guarding(conn)``."""
+    query = plan(request.pattern, regex=request.regex)
+    matcher = Matcher(request, query)  # an invalid regex fails before the index is read
+    match = fts_match(query)
+    globs = tuple(compile_glob(g) for g in request.path_glob or ())
+    with transaction(conn, write=False):
+        if not grep_text.has_grep(conn):
+            raise RiffluxError(
+                "this index has no text for grep yet; reindex once (rifflux index, or the "
+                "reindex tool) to build it"
+            )
+        files = grep_text.candidates(conn, match)
+        found = _collect(conn, request, matcher, files, globs, deadline, admit)
+    response: dict[str, Any] = {
+        "pattern": request.pattern,
+        "regex": request.regex,
+        "count": len(found.matches),
+        "truncated": found.truncated,
+        "scanned": match is None,
+    }
+    if found.stopped:
+        response["warning"] = (
+            f"stopped at the {deadline.seconds:g} s deadline (RIFFLUX_SEARCH_TIMEOUT_SECONDS); "
+            "matches in later files may be missing: narrow the pattern or path_glob"
+        )
+    response["matches"] = found.matches
+    return response
+
+
+def _collect(
+    conn: sqlite3.Connection,
+    request: GrepRequest,
+    matcher: Matcher,
+    files: Sequence[tuple[int, int, str, str]],
+    globs: tuple[GlobMatcher, ...],
+    deadline: Deadline,
+    admit: Callable[[str], bool],
+) -> _Collected:
+    out = _Collected([])
+    for row_id, file_id, path, sha256 in files:
+        if deadline.expired():
+            out.stopped = out.truncated = True
+            return out
+        if globs and not any(g.matches(path) for g in globs):
+            continue
+        data, folds = TEXTS.get(sha256, functools.partial(grep_text.read_text, conn, row_id))
+        hits = matcher.hits(data, deadline.expired, folds=folds)
+        first = next(hits, None)
+        if first is None:
+            if deadline.expired():
+                out.stopped = out.truncated = True
+                return out
+            continue
+        if not admit(path):
+            continue
+        if len(out.matches) >= request.max_matches:
+            out.truncated = True  # one more matching line exists
+            return out
+        chunks = _FileChunks(conn, file_id)
+        chunk_lines = grep_text.chunk_lines(conn, row_id)
+        line, counted = 1, 0
+        for line_start, start in _chain(first, hits):
+            if len(out.matches) >= request.max_matches:
+                out.truncated = True
+                return out
+            line += data.count(b"\n", counted, line_start)
+            counted = line_start
+            entry = _entry(data, path, line, line_start, start, chunk_lines, chunks, request)
+            out.chars += _chars(entry)
+            if out.chars > MAX_RESPONSE_CHARS:
+                out.truncated = True
+                return out
+            if request.max_tokens is not None:
+                cost = _tokens(entry)
+                if out.tokens + cost > request.max_tokens:
+                    out.truncated = True
+                    return out
+                out.tokens += cost
+            out.matches.append(entry)
+        if deadline.expired():
+            out.stopped = out.truncated = True
+            return out
+    return out
+
+
+def _chain(first: tuple[int, int], rest: Iterator[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    yield first
+    yield from rest
+
+
+def _entry(
+    data: bytes,
+    path: str,
+    line: int,
+    line_start: int,
+    start: int,
+    chunk_lines: Sequence[int],
+    chunks: _FileChunks,
+    request: GrepRequest,
+) -> dict[str, Any]:
+    column = len(data[line_start:start].decode("utf-8", "replace")) + 1
+    before, after = _context(data, line_start, request.context_lines)
+    # Lines above the first chunk (front matter) belong to the file's first chunk, whose
+    # lexical fields hold the front matter's title and description.
+    index = max(bisect_right(chunk_lines, line) - 1, 0)
+    chunk_id, heading_path = None, None
+    chunk = chunks.get(index)
+    if chunk is not None:
+        chunk_id, heading_path, headings, content = chunk
+        first = chunk_lines[index] if index < len(chunk_lines) else line
+        heading_path = _heading_at(line - first, content, headings, heading_path)
+    return {
+        "path": path,
+        "line": line,
+        "column": column,
+        "text": _cut(_line_at(data, line_start), column),
+        "before": before,
+        "after": after,
+        "chunk_id": chunk_id,
+        "heading_path": heading_path,
+    }
+
+
+class _FileChunks:
+    """One file's chunks, each read when a match first needs it."""
+
+    def __init__(self, conn: sqlite3.Connection, file_id: int) -> None:
+        self.conn = conn
+        self.file_id = file_id
+        self._read: dict[int, tuple[str, str, str, str] | None] = {}
+
+    def get(self, index: int) -> tuple[str, str, str, str] | None:
+        if index not in self._read:
+            self._read[index] = grep_text.chunk_at(self.conn, self.file_id, index)
+        return self._read[index]
+
+
+def _heading_at(offset: int, content: str, headings: str, heading_path: str) -> str:
+    """The breadcrumb in force ``offset`` lines into a chunk: the last of the headings
+    starting in it (``headings``: JSON ``[offset, breadcrumb]`` pairs, rifflux.store.rows)
+    at or above that line, else the chunk's own ``heading_path``."""
+    if not headings:
+        return heading_path
+    found = heading_path
+    for at, path in json.loads(headings):
+        if content.count("\n", 0, at) > offset:
+            break
+        found = path
+    return found
+
+
+def _chars(entry: dict[str, Any]) -> int:
+    lines = [entry["text"], *entry["before"], *entry["after"]]
+    return len(entry["path"]) + sum(len(line) + 4 for line in lines) + ENTRY_OVERHEAD_CHARS
+
+
+def _tokens(entry: dict[str, Any]) -> int:
+    texts = [entry["path"], entry["text"], *entry["before"], *entry["after"]]
+    return sum(estimate_tokens(text) for text in texts)
