@@ -93,66 +93,46 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
     async def grep_rifflux_tool(
         pattern: Annotated[
             str,
-            Field(
-                description="The exact text to find (or, with regex=true, an RE2 / ripgrep "
-                "regex such as retry_(count|limit)\\s*=)."
-            ),
+            Field(description="Text to find; with regex, an RE2 regex: retry_(count|limit)\\s*=."),
         ],
-        regex: Annotated[
-            bool, Field(description="Read pattern as a regex; default: a literal string.")
-        ] = False,
-        case_sensitive: Annotated[
-            bool, Field(description="Match case exactly; default: ignore case.")
-        ] = False,
+        regex: Annotated[bool, Field(description="Read pattern as a regex.")] = False,
+        case_sensitive: Annotated[bool, Field(description="Match case exactly.")] = False,
         path_glob: Annotated[
             Any,
             WithJsonSchema(
                 {
-                    "anyOf": [
-                        {"type": "string"},
-                        {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS},
-                        {"type": "null"},
-                    ]
+                    "type": ["string", "array"],
+                    "items": {"type": "string"},
+                    "maxItems": MAX_LIST_ITEMS,
                 }
             ),
-            Field(
-                description="Only files whose indexed path matches this POSIX glob (or any "
-                "of these), as search_rifflux's path_glob: docs/**/*.md."
-            ),
+            Field(description="Only files whose path matches this glob (or any of these)."),
         ] = None,
         context_lines: Annotated[
             Any,
             BeforeValidator(as_integer),
             WithJsonSchema({**_INTEGER, "minimum": 0, "maximum": MAX_CONTEXT_LINES}),
-            Field(description="Lines of context before and after each matching line."),
+            Field(description="Lines of context around each match."),
         ] = 0,
         max_matches: Annotated[
             Any,
             BeforeValidator(as_integer),
             WithJsonSchema({**_INTEGER, "minimum": 1, "maximum": MAX_MAX_MATCHES}),
-            Field(description="The most matching lines to return."),
+            Field(description="Most matching lines returned."),
         ] = DEFAULT_MAX_MATCHES,
         max_tokens: Annotated[
             MaxTokens,
-            Field(
-                description="Token budget for the matches together (paths, lines and "
-                "context): matches in order while they fit, then truncated."
-            ),
+            Field(description="Token budget of the matches (default: the server's limit)."),
         ] = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Find every line of the indexed files holding an exact string or a regex, like
-        grep/ripgrep, answered from the index (a trigram index picks the files). Use it
-        for identifiers, error strings, config keys, paths, symbols and partial words
-        (CONNECTION_REF, foo_bar(, ->, v2.3.0) that search_rifflux's word search splits
-        or ranks away; use search_rifflux for questions and topics.
+        """Find every line holding an exact string or a regex, as grep does, from the
+        index. Use it for identifiers, error strings, config keys and partial words
+        (CONNECTION_REF, foo_bar(, v2.3.0); search_rifflux for questions and topics.
 
-        Returns {pattern, regex, count, truncated, scanned, matches} in path order, then
-        line order; each match has path, line and column (1-based, in the file as
-        indexed, front matter included), text (the line), before and after (context
-        lines), chunk_id and heading_path (for get_chunk). truncated: more matching
-        lines exist than were returned; scanned: the pattern had no literal of 3+
-        characters, so every file's text was searched.
+        Matches in path and line order: line and column (1-based, in the file), text,
+        before/after, chunk_id, heading_path. truncated: more lines match; scanned: no
+        3-character literal, so every file was read.
         """
         client = await roots(context) if context is not None else None
         return await run(
