@@ -13,9 +13,9 @@ warm page cache: every command runs once before timing), and checks that both re
 same (path, line) pairs for every sampled pattern, case-sensitive and not. Needs ``rg``
 on PATH (Debian: ``apt-get install ripgrep``).
 
-    nice -n 10 .venv/bin/python benchmarks/grep_vs_rg.py \\
+    nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg \\
         --corpus ../shared/corpora/awesome-copilot --workdir /tmp/bench-grep --out grep.json
-    nice -n 10 .venv/bin/python benchmarks/grep_vs_rg.py --generate 10000 \\
+    nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --generate 10000 \\
         --workdir /tmp/bench-grep-10k --literals 50 --regexes 20 --out grep-10k.json
 """
 
@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import re
 import resource
@@ -40,14 +39,14 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from scale_corpus import generate
 
 import rifflux
+from benchmarks.harness import DEFAULT_CORPUS, machine
+from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.store import grep_text
 
-SHARED_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "awesome-copilot"
 GREP_TABLES = ("file_text", "file_trigrams")
 # Regex shapes over sampled words, in RE2 and Rust regex alike (no \w, \s, \d, \b: their
 # Unicode reach differs between the two engines).
@@ -61,13 +60,6 @@ REGEX_TEMPLATES = (
     "[A-Z]{a1}",
     "{a}[0-9]+",
 )
-
-
-def machine() -> str:
-    return (
-        f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-        f"load {os.getloadavg()[0]:.2f}, sqlite {sqlite3.sqlite_version}"
-    )
 
 
 def text_files(corpus: Path, db: Path) -> dict[str, list[str]]:
@@ -286,7 +278,7 @@ async def measure(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=SHARED_SOURCE)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument(
         "--generate",
         type=int,
