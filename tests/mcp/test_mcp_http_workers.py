@@ -195,7 +195,10 @@ async def test_two_http_workers_answer_byte_identical_to_one_process(
     while not worker_children(shared_tree.root):
         assert time.monotonic() < deadline, "the watcher's pool never booted"
         time.sleep(0.2)
-    assert len(pair.events("workers.local_pool_started")) == 1
+    # At most the supervisor's one: its boot gives way to index-host workers already
+    # alive (another process's pool on this tree), the only case in which it starts none;
+    # an HTTP worker never starts one (the parent check below).
+    assert len(pair.events("workers.local_pool_started")) <= 1
     pool = [e["pid"] for e in pair.events("workers.local_pool_started")]
     assert all(_parent(pid) == pair.proc.pid for pid in pool)
 
