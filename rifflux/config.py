@@ -392,14 +392,17 @@ SETTINGS: tuple[Setting, ...] = (
         "overrides it). Older releases read it as `maxnorm`'s *lexical* share: an old "
         "setting `x` is `1 − x` now (e.g. `0.7` → `0.3`; `0.5` is unchanged).",
         default="unset: 0.6 for `minmax`, 0.5 for `maxnorm`",
+        internal=True,
     ),
     S(
         "LEXICAL_WEIGHT", "lexical_weight", "number ≥ 0", _non_negative_float,
         "RRF weight of the keyword ranking (a call's `lexical_weight` overrides it).",
+        internal=True,
     ),
     S(
         "SEMANTIC_WEIGHT", "semantic_weight", "number ≥ 0", _non_negative_float,
         "RRF weight of the semantic ranking (a call's `semantic_weight` overrides it).",
+        internal=True,
     ),
     S(
         "VECTOR_INDEX", "vector_index", "auto / exact / hnsw", _parse_vector_index,
@@ -409,11 +412,13 @@ SETTINGS: tuple[Setting, ...] = (
         "mode a graph whose recall@10, measured against the exact scan when it is built, "
         "is below 0.95 is not used: that segment is scanned exactly (`rifflux status` says "
         "which and why).",
+        internal=True,
     ),
     S(
         "QUERY_CACHE_SIZE", "query_cache_size", "int ≥ 0", _non_negative_int,
         "Search responses kept by the query cache (LRU, one per process; an entry lives 5 "
         "minutes, and the cache empties whenever the index changes); `0` turns it off.",
+        internal=True,
     ),
     S(
         "QUERY_CACHE_MAX_MB", "query_cache_max_mb", "int ≥ 0", _non_negative_int,
@@ -447,6 +452,7 @@ SETTINGS: tuple[Setting, ...] = (
         "WORKER_MAX_MESSAGES", "worker_max_messages", "int ≥ 0", _non_negative_int,
         "A worker process is replaced after this many messages (between messages).",
         default="`0` (no limit)",
+        internal=True,
     ),
     S(
         "WORKER_MAX_RSS_MB", "worker_max_rss_mb", "int ≥ 0", _non_negative_int,
@@ -538,6 +544,7 @@ SETTINGS: tuple[Setting, ...] = (
         "EVAL_CACHE_DIR", "eval_cache_dir", "path", _optional_home_path,
         "Where `rifflux eval` keeps materialised datasets and their indexes.",
         default="`~/.cache/rifflux/eval`",
+        internal=True,
     ),
     S(
         "LOG_LEVEL", "log_level", "level", _log_level,
@@ -550,6 +557,7 @@ SETTINGS: tuple[Setting, ...] = (
         "LOG_MAX_BYTES", "log_max_bytes", "int ≥ 1", _positive_int,
         "`workers.log` (the output of a local pool, written by the process that started "
         "it) is rotated past this size; `workers.log.1` … `.3` keep the older lines.",
+        internal=True,
     ),
     # Internal: tuning and test seams that tests and benchmarks set in the environment
     # of the processes they start.
@@ -669,7 +677,7 @@ def markdown_table() -> str:
     internal = ", ".join(f"`{row.variable}`" for row in SETTINGS if row.internal)
     lines += [
         "",
-        f"Tests and benchmarks also set {internal}: internal tuning, which may change "
-        "(`rifflux settings --all` lists them with their help).",
+        f"Also read, for tests, benchmarks and evaluation: {internal}. They are internal "
+        "tuning, which may change (`rifflux settings --all` lists them with their help).",
     ]
     return "\n".join(lines) + "\n"
