@@ -230,7 +230,7 @@ class Settings:
     # 512 KB: fewer broker and index transactions than 256 KB, and a faster full reindex;
     # a job under 16 batches' worth is split finer (MIN_BATCHES).
     batch_target_bytes: int = 512_000
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    workers: int = field(default_factory=usable_cpus)
     worker_max_messages: int = 0
     # An onnx worker peaks at ~200-230 MB on a 600-file job: 1024 only catches a leak.
     worker_max_rss_mb: int = 1024
@@ -446,7 +446,7 @@ SETTINGS: tuple[Setting, ...] = (
     S(
         "WORKERS", "workers", "int ≥ 1", _positive_int,
         "Worker processes `rifflux worker` and local pools start.",
-        default="CPU count",
+        default="the CPU count (affinity)",
     ),
     S(
         "WORKER_MAX_MESSAGES", "worker_max_messages", "int ≥ 0", _non_negative_int,

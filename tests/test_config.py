@@ -3,7 +3,12 @@ cap, the query cache's byte bound."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from rifflux_testing import REPO_ROOT
 
 from rifflux.config import Settings
 from rifflux.errors import ConfigError
@@ -54,3 +59,20 @@ def test_the_query_cache_byte_bound_is_read_in_mib_and_zero_turns_the_cache_off(
     assert SearchService(settings).query_cache.max_bytes == 3 * 2**20
     with pytest.raises(ConfigError, match="RIFFLUX_QUERY_CACHE_MAX_MB='-1' is invalid"):
         Settings.from_env({"RIFFLUX_QUERY_CACHE_MAX_MB": "-1"})
+
+
+def test_the_default_pool_follows_the_cpu_affinity_mask() -> None:
+    """A process pinned to one CPU (taskset, a container's cpuset) starts one worker with
+    one ONNX thread, whatever os.cpu_count() says."""
+    probe = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from rifflux.config import Settings; from workers.launcher import "
+        "onnx_threads_per_worker; s = Settings(); "
+        "print(s.workers, s.http_workers, onnx_threads_per_worker(s, s.workers))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", "1"]

@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from rifflux.config import Settings
+from rifflux.config import Settings, usable_cpus
 from rifflux.logs import RotatingFile
 from rifflux.queue.pool_output import PoolOutput
 
@@ -125,7 +125,7 @@ def onnx_threads_per_worker(settings: Settings, processes: int) -> int:
     """
     if settings.onnx_threads:
         return settings.onnx_threads
-    return max(1, (os.cpu_count() or 1) // max(1, processes))
+    return max(1, usable_cpus() // max(1, processes))
 
 
 def worker_environment(settings: Settings, processes: int | None = None) -> dict[str, str]:

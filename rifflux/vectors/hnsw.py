@@ -23,7 +23,6 @@ Measurements behind the settings: docs/architecture.md, "HNSW graphs".
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numkong
 import numpy as np
 
+from rifflux.config import usable_cpus
 from rifflux.vectors.pages import gather_rows
 
 # Graph settings: recall@10 0.997 on 1M clustered rows with DEFAULT_EF.
@@ -96,7 +96,7 @@ def graph_name(segment_id: str) -> str:
 
 
 def _threads(threads: int) -> int:
-    return threads or (os.cpu_count() or 1)
+    return threads or usable_cpus()
 
 
 def build_graph(vectors: np.ndarray, threads: int = 0) -> Any:
