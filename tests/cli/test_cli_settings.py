@@ -23,7 +23,7 @@ def test_settings_lists_every_user_setting_with_value_default_and_help(tmp_path:
     assert listed["RIFFLUX_WORKERS"] == {
         "name": "RIFFLUX_WORKERS",
         "value": "3",
-        "default": "CPU count",
+        "default": "the CPU count (affinity)",
         "type": "int ≥ 1",
         "help": "Worker processes `rifflux worker` and local pools start.",
         "internal": False,
