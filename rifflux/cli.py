@@ -193,7 +193,8 @@ def add_grep_parser(sub: Any) -> None:
 
 def cmd_grep(args: argparse.Namespace) -> int:
     """Exit 0 with matches, 1 without, 2 on a bad pattern or flag (as grep), printed as
-    ``path:line:column:text`` (context lines ``path-line-text``)."""
+    ``path:line:column:text`` (context lines ``path-line-text``), control characters
+    escaped (:func:`printable`)."""
     from rifflux.errors import InvalidQueryError
     from rifflux.search.grep import GrepRequest, grep
 
@@ -220,14 +221,14 @@ def cmd_grep(args: argparse.Namespace) -> int:
         _print_json(response)
     else:
         if "warning" in response:
-            print(f"rifflux: warning: {response['warning']}", file=sys.stderr)
+            _say(f"rifflux: warning: {response['warning']}", file=sys.stderr)
         for match in response["matches"]:
             path, line = match["path"], match["line"]
             for offset, text in enumerate(match["before"], start=line - len(match["before"])):
-                print(f"{path}-{offset}-{text}")
-            print(f"{path}:{line}:{match['column']}:{match['text']}")
+                _say(f"{path}-{offset}-{text}")
+            _say(f"{path}:{line}:{match['column']}:{match['text']}")
             for offset, text in enumerate(match["after"], start=line + 1):
-                print(f"{path}-{offset}-{text}")
+                _say(f"{path}-{offset}-{text}")
         if response["truncated"]:
             print("rifflux: more matches not shown (raise --max-matches)", file=sys.stderr)
     return 0 if response["count"] else 1

@@ -2,8 +2,9 @@
 
 A corpus could retitle the terminal (``ESC ] 0 ; TITLE BEL``), clear it (``ESC [ 2 J``),
 write the clipboard (OSC 52) or split a result line with a newline in a file name,
-through ``rifflux search`` and ``rifflux index``'s skipped lines. The human output now
-shows every control character but tab escaped; ``--json`` keeps the text exact.
+through ``rifflux search``, ``rifflux grep`` and ``rifflux index``'s skipped lines. The
+human output shows every control character but tab escaped; ``--json`` keeps the text
+exact.
 """
 
 from __future__ import annotations
@@ -76,3 +77,18 @@ def test_json_output_keeps_names_and_text_exact(tmp_path: Path) -> None:
         rifflux(tmp_path, "index", "--in-process", "--force", "docs", "--json").stdout
     )
     assert [s["path"] for s in report["skipped"]] == [f"docs/bad{TITLE}\n.md"]
+
+
+def test_grep_shows_control_characters_escaped(tmp_path: Path) -> None:
+    write_corpus(tmp_path)
+    assert rifflux(tmp_path, "index", "--in-process", "docs").returncode == 0
+    found = rifflux(tmp_path, "grep", "grazes", "--context-lines", "2")
+    lines = assert_no_raw_control(found)
+    assert (
+        "docs/evil\\x1b]0;PWNED\\x07\\nname\\x1b[2J.md:3:40:The zebracorn "
+        "\\x1b]52;c;ZWNobyBwd25lZA==\\x07 grazes \\x9b31m here."
+    ) in lines
+    assert (
+        "docs/evil\\x1b]0;PWNED\\x07\\nname\\x1b[2J.md-1-# Heading \\x1b[2J\\x1b]0;PWNED\\x07"
+        in (lines)
+    )
