@@ -37,24 +37,12 @@ ClientRoots = Callable[[Context[Any, Any]], Awaitable[list[Path] | None]]
 def grep_rifflux(
     ctx: ToolContext,
     pattern: object,
-    regex: object = False,
-    case_sensitive: object = False,
-    path_glob: object = None,
-    context_lines: object = 0,
-    max_matches: object = DEFAULT_MAX_MATCHES,
-    max_tokens: object = None,
     client_roots: Sequence[Path] | None = None,
+    **options: object,
 ) -> dict[str, Any]:
-    """``{pattern, regex, count, truncated, scanned, matches}`` (rifflux.search.grep)."""
-    request = GrepRequest.from_arguments(
-        pattern,
-        regex=regex,
-        case_sensitive=case_sensitive,
-        path_glob=path_glob,
-        context_lines=context_lines,
-        max_matches=max_matches,
-        max_tokens=max_tokens,
-    )
+    """``{pattern, regex, count, truncated, scanned, matches}`` (rifflux.search.grep);
+    ``pattern`` and ``options`` are :meth:`GrepRequest.from_arguments`'s, checked there."""
+    request = GrepRequest.from_arguments(pattern, **options)
     served = ctx.served(client_roots)
     conn = ctx.search.connection()
     deadline = ctx.search.deadline()
@@ -139,11 +127,11 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
             grep_rifflux,
             ctx,
             pattern,
-            regex,
-            case_sensitive,
-            path_glob,
-            context_lines,
-            max_matches,
-            max_tokens,
             client,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            path_glob=path_glob,
+            context_lines=context_lines,
+            max_matches=max_matches,
+            max_tokens=max_tokens,
         )
