@@ -156,9 +156,13 @@ class ToolContext:
         index's contents were chosen when it was built (docs/security.md).
         """
         allow_secrets = self.settings.allow_secret_paths
-        if searching and client_roots is None and self.no_default_root() is not None:
+        try:
+            roots = self.roots_for(client_roots)
+        except NoAllowedRootsError:
+            if not searching:
+                raise
             return ServedPaths((Path("/"),), allow_secrets=allow_secrets)
-        return ServedPaths(tuple(self.roots_for(client_roots)), allow_secrets=allow_secrets)
+        return ServedPaths(tuple(roots), allow_secrets=allow_secrets)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, cwd: Path | None = None) -> ToolContext:
