@@ -28,9 +28,9 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 from rifflux import status
 from rifflux.errors import RiffluxError
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
-from rifflux.mcp.tools import ToolContext, check_served
+from rifflux.mcp.tools import ToolContext, check_served, search_within_limit
 from rifflux.search import knowledge
-from rifflux.search.budget import budget_response, within_limit
+from rifflux.search.budget import within_limit
 from rifflux.search.multi_get import check_paths, expand, read_files
 from rifflux.search.request import (
     MAX_LIST_ITEMS,
@@ -64,15 +64,6 @@ def result_count(limit: object, top_k: object) -> object:
     return top_k
 
 
-def _within_limit(ctx: ToolContext, response: dict[str, Any], text_key: str) -> dict[str, Any]:
-    """A knowledge search's answer kept to RIFFLUX_MAX_RESPONSE_TOKENS (no max_tokens given)."""
-    return within_limit(
-        response,
-        ctx.settings.max_response_tokens,
-        lambda whole, limit: budget_response(whole, whole["query"], limit, text_key=text_key),
-    )
-
-
 def search_decisions(
     ctx: ToolContext,
     query: object,
@@ -92,7 +83,7 @@ def search_decisions(
         max_tokens=max_tokens,
         served=ctx.served(client_roots, searching=True),
     )
-    return response if max_tokens is not None else _within_limit(ctx, response, "decision")
+    return response if max_tokens is not None else search_within_limit(ctx, response, "decision")
 
 
 def search_errors(
@@ -111,7 +102,7 @@ def search_errors(
         max_tokens=max_tokens,
         served=ctx.served(client_roots, searching=True),
     )
-    return response if max_tokens is not None else _within_limit(ctx, response, "solution")
+    return response if max_tokens is not None else search_within_limit(ctx, response, "solution")
 
 
 def context_stats(ctx: ToolContext) -> dict[str, Any]:

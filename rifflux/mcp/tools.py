@@ -299,10 +299,18 @@ def search_rifflux(
         response = ctx.service_for(db_path).search_response(request, served)
     if request.max_tokens is not None:
         return response
+    return search_within_limit(ctx, response)
+
+
+def search_within_limit(
+    ctx: ToolContext, response: dict[str, Any], text_key: str = "content"
+) -> dict[str, Any]:
+    """A search's answer (its results' ``text_key`` texts) kept to
+    RIFFLUX_MAX_RESPONSE_TOKENS, for a call that gave no ``max_tokens``."""
     return within_limit(
         response,
         ctx.settings.max_response_tokens,
-        lambda whole, limit: budget_response(whole, request.query, limit),
+        lambda whole, limit: budget_response(whole, whole["query"], limit, text_key=text_key),
     )
 
 
