@@ -122,7 +122,8 @@ class HttpWorkers:
         ``SystemExit``, SIGINT's ``KeyboardInterrupt``); stops them on the way out."""
         previous = signal.signal(POOL_SIGNAL, self._on_pool_signal)
         try:
-            self._workers = [self._start(index) for index in range(self.count)]
+            for index in range(self.count):
+                self._start(index)
             while True:
                 self._supervise()
         finally:
@@ -141,7 +142,9 @@ class HttpWorkers:
                 worker.process.kill()
                 worker.process.join()
 
-    def _start(self, index: int) -> _Worker:
+    def _start(self, index: int) -> None:
+        """Start worker ``index`` into its slot of ``_workers`` (appended, or replacing
+        the one that died)."""
         ready = self._context.Event()
         process = self._context.Process(
             target=self.target,
@@ -151,13 +154,19 @@ class HttpWorkers:
         # The worker starts with SIGINT blocked (a mask survives fork and exec): Ctrl-C
         # on a terminal reaches the whole process group, and only this supervisor acts
         # on it, stopping the workers with SIGTERM. A worker still importing would
-        # otherwise die of it with a traceback. A SIGINT meanwhile waits for the unblock.
+        # otherwise die of it with a traceback. A SIGINT meanwhile waits for the unblock,
+        # and the worker is in ``_workers`` by then, so ``stop`` reaches it: a worker
+        # left behind would outlive its supervisor and fail reading what it was sent.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             process.start()
+            worker = _Worker(index, process, ready)
+            if index < len(self._workers):
+                self._workers[index] = worker
+            else:
+                self._workers.append(worker)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        return _Worker(index, process, ready)
 
     def _on_pool_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pool_wanted.set()
@@ -167,7 +176,7 @@ class HttpWorkers:
         if self._pool_wanted.is_set():
             self._pool_wanted.clear()
             threading.Thread(target=self.want_workers, name="rifflux-pool", daemon=True).start()
-        for position, worker in enumerate(self._workers):
+        for worker in list(self._workers):
             if worker.process.is_alive():
                 continue
             worker.process.join()
@@ -180,4 +189,4 @@ class HttpWorkers:
             log.warning(
                 "mcp.http_worker_replaced", worker=worker.index, pid=worker.process.pid, code=code
             )
-            self._workers[position] = self._start(worker.index)
+            self._start(worker.index)
