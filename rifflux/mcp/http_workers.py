@@ -28,6 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -113,22 +114,47 @@ class HttpWorkers:
     want_workers: Callable[[], object]
     _workers: list[_Worker] = field(default_factory=list, init=False)
     _pool_wanted: threading.Event = field(default_factory=threading.Event, init=False)
+    _stop_signal: int | None = field(default=None, init=False)
+    _wake: int = field(default=-1, init=False)
+    _wake_read: int = field(default=-1, init=False)
 
     def __post_init__(self) -> None:
         self._context = multiprocessing.get_context("spawn")
 
     def run(self) -> None:
-        """Start the workers and supervise them until this process is stopped (SIGTERM's
-        ``SystemExit``, SIGINT's ``KeyboardInterrupt``); stops them on the way out."""
-        previous = signal.signal(POOL_SIGNAL, self._on_pool_signal)
+        """Start the workers and supervise them until SIGINT (Ctrl-C) or SIGTERM; stops
+        them on the way out, then raises what the signal would have (``KeyboardInterrupt``,
+        ``SystemExit(143)``).
+
+        While it runs, those signals only ask it to stop: raised at an arbitrary point (a
+        thread other than this one may take the signal, whatever this thread blocks),
+        they could land inside ``Process.start`` after the child exists and before it is
+        recorded, and that worker would outlive its supervisor.
+        """
+        wake_read, self._wake = os.pipe()
+        os.set_blocking(self._wake, False)
+        self._wake_read = wake_read
+        handlers = {
+            POOL_SIGNAL: self._on_pool_signal,
+            signal.SIGINT: self._on_stop_signal,
+            signal.SIGTERM: self._on_stop_signal,
+        }
+        previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
         try:
             for index in range(self.count):
-                self._start(index)
-            while True:
+                if self._stop_signal is None:
+                    self._start(index)
+            while self._stop_signal is None:
                 self._supervise()
         finally:
             self.stop()
-            signal.signal(POOL_SIGNAL, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            os.close(wake_read)
+            os.close(self._wake)
+        if self._stop_signal == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signal.SIGTERM)
 
     def stop(self) -> None:
         """SIGTERM every worker, SIGKILL those still running after ``STOP_SECONDS``."""
@@ -154,9 +180,7 @@ class HttpWorkers:
         # The worker starts with SIGINT blocked (a mask survives fork and exec): Ctrl-C
         # on a terminal reaches the whole process group, and only this supervisor acts
         # on it, stopping the workers with SIGTERM. A worker still importing would
-        # otherwise die of it with a traceback. A SIGINT meanwhile waits for the unblock,
-        # and the worker is in ``_workers`` by then, so ``stop`` reaches it: a worker
-        # left behind would outlive its supervisor and fail reading what it was sent.
+        # otherwise die of it with a traceback.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             process.start()
@@ -170,9 +194,26 @@ class HttpWorkers:
 
     def _on_pool_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pool_wanted.set()
+        self._wake_up()
+
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_signal = signum
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        """End the supervisor's current wait (from a signal handler)."""
+        with contextlib.suppress(BlockingIOError):  # Full of wake-ups already.
+            os.write(self._wake, b"\0")
 
     def _supervise(self) -> None:
-        wait([w.process.sentinel for w in self._workers], timeout=SUPERVISE_SECONDS)
+        ready = wait(
+            [self._wake_read, *(w.process.sentinel for w in self._workers)],
+            timeout=SUPERVISE_SECONDS,
+        )
+        if self._wake_read in ready:
+            os.read(self._wake_read, 4096)
+        if self._stop_signal is not None:
+            return
         if self._pool_wanted.is_set():
             self._pool_wanted.clear()
             threading.Thread(target=self.want_workers, name="rifflux-pool", daemon=True).start()
