@@ -1,12 +1,11 @@
 """The knowledge tools: ``search_decisions``, ``search_errors``, ``context_stats``
-(CODITECT's names) and ``multi_get`` (qmd's), as plain functions and their registration.
+(CODITECT's names) and ``multi_get`` (qmd's), as plain functions (``tool_list.py``
+declares them to clients).
 
 Like ``tools.py``, each function takes the :class:`~rifflux.mcp.tools.ToolContext`, calls
 the core (rifflux.search.knowledge, rifflux.search.multi_get, rifflux.status) and returns
 the JSON object the tool answers with; bad input raises a one-line
-:class:`~rifflux.errors.RiffluxError`. :func:`register` adds them to the server with the
-server's own way of running a blocking call and of asking the client for its roots, so
-this module needs nothing from ``server.py``.
+:class:`~rifflux.errors.RiffluxError`.
 
 Every file these tools return passes ``get_file``'s check
 (:meth:`~rifflux.mcp.tools.ToolContext.served`: inside the call's roots by realpath at
@@ -17,34 +16,21 @@ fails it is left out.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
-
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.context import Context
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from typing import Any
 
 from rifflux import status
 from rifflux.errors import RiffluxError
-from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.tools import ToolContext, check_served, search_within_limit
 from rifflux.search import knowledge
 from rifflux.search.budget import within_limit
 from rifflux.search.multi_get import check_paths, expand, read_files
 from rifflux.search.request import (
-    MAX_LIST_ITEMS,
-    MAX_QUERY_CHARS,
-    MAX_TOP_K,
-    as_integer,
     check_max_tokens,
 )
 from rifflux.store.connection import transaction
 from rifflux.store.reader import IndexReader
-
-RunInThread = Callable[..., Awaitable[Any]]
-ClientRoots = Callable[[Context[Any, Any]], Awaitable[list[Path] | None]]
-
 
 DEFAULT_LIMIT = 10
 """How many results the knowledge searches return when neither ``limit`` nor ``top_k`` is given."""
@@ -137,104 +123,3 @@ def multi_get(
             ctx.settings.max_response_tokens,
             lambda _whole, limit: read_files(reader, returned, limit),
         )
-
-
-_COUNT_SCHEMA = WithJsonSchema({"type": ["integer", "null"], "minimum": 1, "maximum": MAX_TOP_K})
-_LIMIT = Annotated[
-    Any,
-    BeforeValidator(as_integer),
-    _COUNT_SCHEMA,
-    Field(description="How many results (default 10)."),
-]
-_TOP_K = Annotated[
-    Any,
-    BeforeValidator(as_integer),
-    _COUNT_SCHEMA,
-    Field(description="Same as limit."),
-]
-_MAX_TOKENS = Annotated[
-    MaxTokens,
-    Field(description="Token budget of the whole answer (default: the server's limit)."),
-]
-_QUERY = Annotated[
-    str,
-    WithJsonSchema({"type": "string", "maxLength": MAX_QUERY_CHARS}),
-    Field(
-        description="What to look for: words, a question, an error line "
-        f"(at most {MAX_QUERY_CHARS} characters)."
-    ),
-]
-
-
-def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: ClientRoots) -> None:
-    """Add the four tools to ``server``: ``run`` runs a blocking call in a worker thread,
-    ``roots`` asks the client for its roots (``server.py``'s ``_in_thread`` and
-    ``client_roots``)."""
-
-    @server.tool(name="search_decisions", annotations=READ_ONLY)
-    async def search_decisions_tool(
-        query: _QUERY,
-        limit: _LIMIT = None,
-        decision_type: Annotated[
-            str | None,
-            Field(description="Only decisions of this decision_type."),
-        ] = None,
-        status: Annotated[
-            str | None,
-            Field(description="Only decisions with this status (accepted, proposed...)."),
-        ] = None,
-        max_tokens: _MAX_TOKENS = None,
-        top_k: _TOP_K = None,
-        context: Context[Any, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Search only the decision records (ADRs): for why something was chosen or what
-        was decided, with each decision's status and text."""
-        client = await roots(context) if context is not None else None
-        return await run(
-            search_decisions, ctx, query, limit, decision_type, status, max_tokens, top_k, client
-        )
-
-    @server.tool(name="search_errors", annotations=READ_ONLY)
-    async def search_errors_tool(
-        query: _QUERY,
-        limit: _LIMIT = None,
-        max_tokens: _MAX_TOKENS = None,
-        top_k: _TOP_K = None,
-        context: Context[Any, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Search only the error-fix pairs of troubleshooting pages: give an error
-        message or code to find its known fix."""
-        client = await roots(context) if context is not None else None
-        return await run(search_errors, ctx, query, limit, max_tokens, top_k, client)
-
-    @server.tool(name="context_stats", annotations=READ_ONLY)
-    async def context_stats_tool() -> dict[str, Any]:
-        """What the index holds (decision records by status, error pairs, tags,
-        embedding coverage): use it to choose between the searches."""
-        return await run(context_stats, ctx)
-
-    @server.tool(name="multi_get", annotations=READ_ONLY)
-    async def multi_get_tool(
-        paths: Annotated[
-            Any,
-            WithJsonSchema(
-                {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS}
-            ),
-            Field(
-                description="Indexed file paths as search results show them, or globs "
-                "such as docs/adr/*.md; answered in this order."
-            ),
-        ],
-        max_tokens: Annotated[
-            MaxTokens,
-            Field(
-                description="Token budget of the whole answer (default: the server's "
-                "limit); files in order, the rest in not_included."
-            ),
-        ] = None,
-        context: Context[Any, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Read several indexed files at once, by path or glob (docs/adr/*.md), instead
-        of repeated get_file calls: {files, not_included, count}."""
-        client = await roots(context) if context is not None else None
-        return await run(multi_get, ctx, paths, max_tokens, client)

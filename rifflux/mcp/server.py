@@ -1,4 +1,4 @@
-"""The MCP server: the tools of ``tools.py`` over stdio or streamable HTTP.
+"""The MCP server: the tools declared in ``tool_list.py`` over stdio or streamable HTTP.
 
 Every failure reaches the client as a tool error (``is_error``) with one line of text,
 and the server keeps serving: an argument the tool's input schema does not declare is
@@ -40,31 +40,26 @@ import socket
 import sqlite3
 import sys
 import threading
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import unquote, urlsplit
+from typing import Any, Literal, TypeVar
 
 import anyio
 import structlog
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from mcp_types import Tool as MCPTool
-from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
+from pydantic import ValidationError
 
 from rifflux import __version__
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError, os_failure
 from rifflux.logs import configure_logging
-from rifflux.mcp import grep_tool, knowledge_tools, tools
-from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.host_config import launcher
 from rifflux.mcp.http import MCP_PATH, check_bind, serve_http
 from rifflux.mcp.http_workers import (
@@ -73,15 +68,12 @@ from rifflux.mcp.http_workers import (
     bind_socket,
     stop_when_orphaned,
 )
+from rifflux.mcp.tool_list import register_tools
 from rifflux.mcp.tools import ToolContext, startup_roots
 from rifflux.queue.brokers import broker_unavailable, is_broker_error
 from rifflux.search.budget import compact_json, estimate_tokens
 from rifflux.search.request import (
-    MAX_NEIGHBORS,
-    REQUIRED,
-    FieldSpec,
     as_integer,
-    request_fields,
 )
 from rifflux.store.connection import database_failure
 from rifflux.watch.watcher import FileWatcher
@@ -104,211 +96,6 @@ INSTRUCTIONS = (
 
 Transport = Literal["stdio", "http"]
 T = TypeVar("T")
-
-_REINDEX = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-
-
-def search_annotations(ctx: ToolContext) -> ToolAnnotations:
-    """``search_rifflux`` is read-only unless RIFFLUX_AUTO_REINDEX_ON_SEARCH makes a search
-    submit reindex jobs: then it says so, with reindex's hints (docs/mcp.md)."""
-    return READ_ONLY if ctx.auto_reindex is None else _REINDEX
-
-
-async def _in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """Run a blocking tool function in a worker thread so the server keeps serving.
-
-    A cancelled call (the client cancelled it or went away) returns at once; its thread
-    finishes on its own, and a reindex wait stops when the ToolContext closes.
-    """
-    return await anyio.to_thread.run_sync(
-        functools.partial(fn, *args, **kwargs), abandon_on_cancel=True
-    )
-
-
-async def client_roots(context: Context[Any, Any]) -> list[Path] | None:
-    """The file:// roots the client declares, or None when it declares none.
-
-    A client that declares the capability but answers an empty list or fails to answer
-    gets None too: the server's own allowed roots then apply (the outer bound anyway).
-    """
-    capabilities = context.client_capabilities
-    if capabilities is None or capabilities.roots is None:
-        return None
-    try:
-        with warnings.catch_warnings():
-            # Roots are deprecated in the 2026-07-28 protocol; clients still declare them.
-            warnings.simplefilter("ignore", MCPDeprecationWarning)
-            result = await context.session.list_roots()
-    except Exception as exc:
-        log.warning("mcp.list_roots_failed", error=str(exc))
-        return None
-    roots = []
-    for root in result.roots:
-        parts = urlsplit(str(root.uri))
-        if parts.scheme == "file":
-            roots.append(Path(unquote(parts.path)))
-    return roots or None  # An empty list leaves the server's own roots in force.
-
-
-def _request_parameter(name: str, default: Any, spec: FieldSpec) -> inspect.Parameter:
-    """One ``search_rifflux`` argument, from its SearchRequest field.
-
-    The schema shows the field's constraints; the value is checked by SearchRequest, so
-    a client gets the core's message. Free text stays ``str`` (the SDK would otherwise
-    parse a JSON-looking query); other values pass through ``from_text`` (``"10"`` → 10).
-    """
-    free_text = spec.json_schema.get("type") == "string" and "enum" not in spec.json_schema
-    text_type: object = str | None if default is None else str
-    annotation: object = Annotated[
-        text_type if free_text else Any,
-        BeforeValidator(spec.from_text),
-        WithJsonSchema(dict(spec.json_schema)),
-        Field(description=spec.description),
-    ]
-    return inspect.Parameter(
-        name,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=inspect.Parameter.empty if default is REQUIRED else default,
-        annotation=annotation,
-    )
-
-
-DB_PATH_PARAMETER = inspect.Parameter(
-    "db_path",
-    inspect.Parameter.KEYWORD_ONLY,
-    default=None,
-    annotation=Annotated[
-        str | None,
-        Field(description="Another Rifflux index database to search instead of the server's own."),
-    ],
-)
-
-
-CONTEXT_PARAMETER = inspect.Parameter(
-    "context",
-    inspect.Parameter.KEYWORD_ONLY,
-    default=None,
-    annotation=Context[Any, Any] | None,
-)
-"""The request context the SDK passes (never an argument: it is not in the schema)."""
-
-
-def search_signature() -> inspect.Signature:
-    """``search_rifflux``'s parameters: every SearchRequest field, then ``db_path`` (and
-    the request context)."""
-    parameters = [_request_parameter(*f) for f in request_fields()]
-    return inspect.Signature(
-        [*parameters, DB_PATH_PARAMETER, CONTEXT_PARAMETER], return_annotation=dict[str, Any]
-    )
-
-
-def _register_tools(server: MCPServer, ctx: ToolContext) -> None:
-    async def search_rifflux(
-        context: Context[Any, Any] | None = None, **arguments: Any
-    ) -> dict[str, Any]:
-        """Search the indexed notes and docs; use it first for any question about them,
-        then read hits whole with get_chunk or get_file.
-
-        Choose group_by "file" when you want files (nDCG 0.948 against 0.905), mode
-        "lexical" for identifiers and error codes, fusion "minmax" with alpha 0.5 for
-        natural-language questions.
-
-        A trimmed answer has a budget; embedding_coverage and a warning mean some
-        chunks have no vectors yet.
-        """
-        roots = await client_roots(context) if context is not None else None
-        return await _in_thread(tools.search_rifflux, ctx, client_roots=roots, **arguments)
-
-    search_rifflux.__signature__ = search_signature()  # type: ignore[attr-defined]
-    server.tool(annotations=search_annotations(ctx))(search_rifflux)
-
-    @server.tool(annotations=_REINDEX)
-    async def reindex(
-        path: Annotated[
-            str | None,
-            Field(description="A file or directory to index."),
-        ] = None,
-        paths: Annotated[
-            list[str] | None,
-            Field(
-                description="Several, in one job (default: path, else the server's "
-                "working directory)."
-            ),
-        ] = None,
-        force: Annotated[
-            bool, Field(description="Re-chunk and re-embed unchanged files too.")
-        ] = False,
-        prune_missing: Annotated[
-            bool,
-            Field(description="Drop files under these paths that no longer exist."),
-        ] = True,
-        background: Annotated[
-            bool,
-            Field(description="Return {job_id, status} at once; follow it with index_status."),
-        ] = False,
-        context: Context[Any, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Index new or changed files so searches find them: after files were added,
-        edited or deleted, or when a search misses a file. Waits for the job unless
-        background is true."""
-        roots = await client_roots(context) if context is not None else None
-        return await _in_thread(
-            tools.reindex, ctx, path, paths, force, prune_missing, background, roots
-        )
-
-    @server.tool(annotations=READ_ONLY)
-    async def index_status() -> dict[str, Any]:
-        """Index counts, workers, queues, recent jobs and the file watcher: use it to
-        follow a background reindex or when results look incomplete."""
-        return await _in_thread(tools.index_status, ctx)
-
-    @server.tool(annotations=READ_ONLY)
-    async def get_chunk(
-        chunk_id: Annotated[str, Field(description="A chunk_id from search results.")],
-        neighbors: Annotated[
-            Any,
-            BeforeValidator(as_integer),
-            WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_NEIGHBORS}),
-            Field(description="Also return up to this many chunks before and after it (0-5)."),
-        ] = 0,
-        context: Context[Any, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Read one search hit in full by its chunk_id, with neighbouring chunks for
-        context: {chunk, before, after}."""
-        roots = await client_roots(context) if context is not None else None
-        return await _in_thread(tools.get_chunk, ctx, chunk_id, roots, neighbors)
-
-    @server.tool(annotations=READ_ONLY)
-    async def get_file(
-        path: Annotated[
-            str,
-            Field(description="An indexed file's path, exactly as search results show it."),
-        ],
-        heading: Annotated[
-            str | None,
-            Field(
-                description="Only this section: a heading path such as 'Guide > Install', "
-                "or a unique suffix ('install')."
-            ),
-        ] = None,
-        max_tokens: Annotated[
-            MaxTokens,
-            Field(
-                description="Token budget of the whole answer (default: the server's "
-                "limit); chunks in order, the last one cut."
-            ),
-        ] = None,
-        context: Context[Any, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Read an indexed file, or one section of it, by its path: when a hit's file is
-        worth reading whole. Returns {file: {path, sha256, chunks}}."""
-        roots = await client_roots(context) if context is not None else None
-        return await _in_thread(tools.get_file, ctx, path, roots, heading, max_tokens)
-
-    knowledge_tools.register(server, ctx, _in_thread, client_roots)
-    grep_tool.register(server, ctx, _in_thread, client_roots)
 
 
 def _one_line(text: str) -> str:
@@ -450,7 +237,7 @@ class RiffluxServer(MCPServer):
     def __init__(self, context: ToolContext) -> None:
         super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
         self.context = context
-        _register_tools(self, context)
+        register_tools(self, context)
         for info in self._tool_manager.list_tools():
             info.description = tool_description(info.description)
             info.parameters = compact_schema(info.parameters)

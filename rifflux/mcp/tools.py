@@ -2,11 +2,12 @@
 
 Each function takes a :class:`ToolContext` and returns the JSON object the tool
 answers with. Bad input raises :class:`~rifflux.errors.RiffluxError` or ``ValueError``
-with a one-line message; ``server.py`` registers these functions with the protocol and
-turns those errors into tool errors. An answer to a call without ``max_tokens`` keeps
-to ``RIFFLUX_MAX_RESPONSE_TOKENS`` (``budget.within_limit``): a larger one is fitted as
-that ``max_tokens`` would fit it, and says so with its ``budget``. Every function may
-block (SQLite, embedding, waiting for a job), so the server runs them in worker threads.
+with a one-line message; ``tool_list.py`` declares these functions to clients and
+``server.py`` turns those errors into tool errors. An answer to a call without
+``max_tokens`` keeps to ``RIFFLUX_MAX_RESPONSE_TOKENS`` (``budget.within_limit``): a
+larger one is fitted as that ``max_tokens`` would fit it, and says so with its
+``budget``. Every function may block (SQLite, embedding, waiting for a job), so the
+server runs them in worker threads.
 
 The server indexes and serves only inside its allowed roots (``rifflux.index.allowed``,
 docs/security.md), and nothing on the deny list (``rifflux.index.denied``):
