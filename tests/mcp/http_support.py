@@ -18,7 +18,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_support import IndexedTree, server_command
 from rifflux_testing import free_port
 
-BOOT_TIMEOUT_S = 30.0
+BOOT_TIMEOUT_S = 120.0
+"""Generous: the bound only ends a test whose server never serves."""
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -56,17 +57,28 @@ class HttpServer:
         return int(line.split()[1])
 
 
+def answers_http(port: int) -> bool:
+    """Whether a server on ``port`` answers an HTTP request (``GET /health``) at once."""
+    request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as conn:
+            conn.sendall(request.encode())
+            return conn.recv(16).startswith(b"HTTP/1.1 ")
+    except OSError:
+        return False
+
+
 def wait_until_listening(proc: subprocess.Popen[bytes], port: int) -> None:
+    """Until the server answers HTTP: a port accepts connections once it is bound, which
+    with HTTP worker processes is before any of them serves (they queue meanwhile)."""
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        if answers_http(port):
             return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"server did not listen on {port} within {BOOT_TIMEOUT_S}s")
+        time.sleep(0.1)
+    raise AssertionError(f"server did not answer on {port} within {BOOT_TIMEOUT_S}s")
 
 
 def start_http_server(tree: IndexedTree, **env: str) -> Iterator[HttpServer]:

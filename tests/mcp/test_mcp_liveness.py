@@ -12,7 +12,6 @@ idle machine; the values are printed, not asserted: they depend on the machine's
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from http_support import wait_until_listening
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import IndexedTree, anyio_backend_fixture, server_command  # noqa: F401
@@ -69,15 +69,7 @@ def server_url(deep_tree: IndexedTree) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        end = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"server exited with {proc.returncode}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < end, "server did not listen"
-                time.sleep(0.1)
+        wait_until_listening(proc, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
