@@ -4,6 +4,8 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 RIFFLUX_ROOT ?= docs
 export RIFFLUX_ROOT
+# deploy/Procfile.gpu adds a GPU embed worker (README, "GPU embedding").
+PROCFILE ?= Procfile
 
 .PHONY: install run test lint format bench clean
 
@@ -24,7 +26,7 @@ install: $(BIN)/rifflux
 # server over streamable HTTP on 127.0.0.1:8765 (see Procfile), which prints one
 # `rifflux: MCP server at …; try: …` line once it accepts.
 run: install
-	$(BIN)/honcho start -f Procfile
+	$(BIN)/honcho start -f $(PROCFILE)
 
 # The suite runs on every core (pytest-xdist); tests that share a server or a network
 # namespace carry one xdist_group and run one at a time.

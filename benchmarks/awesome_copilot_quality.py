@@ -60,6 +60,7 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.embed.onnx import OnnxEmbedder
+from rifflux.embed.torch_minilm import TorchEmbedder
 from rifflux.eval.metrics import mean, mrr_at_k, ndcg_at_k, recall_at_k
 from rifflux.eval.runner import rank_documents
 from rifflux.index.indexer import Indexer
@@ -411,7 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="index the whole corpus")
     parser.add_argument("--systems", nargs="+", choices=("rifflux", "naive"), default=None)
     parser.add_argument("--per-query", action="store_true", help="list per-query differences")
-    parser.add_argument("--backend", choices=("onnx", "hash"), default="onnx")
+    parser.add_argument(
+        "--backend",
+        choices=("onnx", "hash", "torch"),
+        default="onnx",
+        help="torch: the GPU worker's embedder, on the CPU (give it a --cache-dir of its own)",
+    )
     settings = Settings()
     parser.add_argument("--max-chars", type=int, default=settings.max_chunk_chars)
     parser.add_argument("--min-chars", type=int, default=settings.min_chunk_chars)
@@ -435,7 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus} (benchmarks read ../shared beside the repo)")
     queries, all_files, files, cache, root = prepare_corpus(args)
-    inner: Embedder = OnnxEmbedder() if args.backend == "onnx" else HashEmbedder()
+    inner: Embedder = HashEmbedder()
+    if args.backend == "onnx":
+        inner = OnnxEmbedder()
+    elif args.backend == "torch":
+        inner = TorchEmbedder("cpu", batch_size=32, token_budget=4096)
     embedder = CachedEmbedder(inner, args.cache_dir / "vectors.sqlite")
     emit_machine(
         corpus=str(args.corpus),

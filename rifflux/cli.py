@@ -20,6 +20,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -82,8 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         "worker", help="run a supervised pool of queue worker processes (dramatiq)"
     )
     worker.add_argument("--processes", type=int, help="worker processes (default: CPU count)")
-    worker.add_argument("--threads", type=int, default=1, help="threads per process")
+    worker.add_argument("--threads", type=int, help="threads per process (default: 1; 2 on a GPU)")
     worker.add_argument("--queues", nargs="*", help="only these queues (e.g. rifflux_embed)")
+    worker.add_argument(
+        "--device",
+        help="embed on cpu (default: $RIFFLUX_EMBEDDING_DEVICE) or on cuda / cuda:N: an "
+        "embed-only worker with the torch embedder on that GPU (pip install 'rifflux[gpu]')",
+    )
     _common_db(worker)
     worker.set_defaults(handler=cmd_worker)
 
@@ -394,11 +400,36 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from workers.pool import PoolSpec, run_pool
 
     settings = _settings(args)
+    if args.device is not None:
+        settings = replace(settings, embedding_device=_device(args.device))
+    if settings.embedding_device != "cpu":
+        _check_device(settings)
     configure_logging(settings.log_level, style="json")
-    spec = PoolSpec.from_settings(
+    spec = PoolSpec.for_device(
         settings, processes=args.processes, threads=args.threads, queues=args.queues or ()
     )
     return run_pool(settings, spec, env=worker_environment(settings, spec.processes))
+
+
+def _device(raw: str) -> str:
+    from rifflux.embed.torch_minilm import valid_device
+
+    device = raw.strip().lower()
+    if not valid_device(device):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, not {raw!r}")
+    return device
+
+
+def _check_device(settings: Settings) -> None:
+    """One line naming what a worker on a CUDA device lacks (torch, a CUDA runtime, a
+    device), or that its backend is not torch (or auto), before any process starts."""
+    from rifflux.embed.factory import embedder_label_for
+    from rifflux.embed.torch_minilm import torch_unavailable_reason
+
+    embedder_label_for(settings)  # refuses a backend other than torch or auto
+    reason = torch_unavailable_reason(settings.embedding_device)
+    if reason is not None:
+        raise RiffluxError(f"cannot embed on {settings.embedding_device}: {reason}")
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -580,7 +611,10 @@ def _print_status(status: dict[str, Any]) -> None:
     _say(f"{'broker':>16}: {status['broker']}")
     _say(f"{'live workers':>16}: {status['live_workers']['count']}")
     for worker in status["live_workers"]["workers"]:
-        _say(f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])}")
+        _say(
+            f"{'':>18}{worker['worker_id']} queues={','.join(worker['queues'])} "
+            f"device={worker.get('device', 'cpu')}"
+        )
     if status["queue_depths"] is not None:
         _say(f"{'queue depths':>16}: {status['queue_depths']}")
     _say(f"{'recent jobs':>16}: {len(status['recent_jobs'])}")

@@ -32,7 +32,7 @@ MISSPELLED_PREFIX = "RIFLUX_"
 DEFAULT_DB_PATH = Path(".rifflux") / "index.db"
 DEFAULT_INCLUDE_GLOBS = ("*.md", "*.markdown", "*.mdx", "*.txt")
 DEFAULT_EXCLUDE_GLOBS = (".git", ".venv", "node_modules", "__pycache__", ".rifflux")
-EMBEDDING_BACKENDS = ("auto", "onnx", "hash")
+EMBEDDING_BACKENDS = ("auto", "onnx", "hash", "torch")
 # Hybrid fusions: reciprocal rank fusion, or a weighted sum of min-max or max-scaled scores.
 FUSIONS = ("rrf", "minmax", "maxnorm")
 VECTOR_INDEXES = ("auto", "exact", "hnsw")
@@ -83,6 +83,14 @@ def _parse_backend(raw: str) -> str:
     if value not in EMBEDDING_BACKENDS:
         raise ValueError(f"expected one of {', '.join(EMBEDDING_BACKENDS)}")
     return value
+
+
+def _parse_device(raw: str) -> str:
+    value = raw.strip().lower() or "cpu"
+    prefix, colon, index = value.partition(":")
+    if value == "cpu" or (prefix == "cuda" and (not colon or index.isdigit())):
+        return value
+    raise ValueError("expected cpu, cuda or cuda:N")
 
 
 def _parse_fusion(raw: str) -> str:
@@ -199,6 +207,7 @@ class Settings:
     # None: the directory the index was first built from, recorded in the database.
     base_dir: Path | None = None
     embedding_backend: str = "auto"
+    embedding_device: str = "cpu"
     hash_embedding_dim: int = HASH_EMBEDDING_DIM
     embed_batch_size: int = EMBED_BATCH_SIZE
     embed_token_budget: int = EMBED_TOKEN_BUDGET
@@ -352,8 +361,19 @@ SETTINGS: tuple[Setting, ...] = (
         default="first index run's working directory",
     ),
     S(
-        "EMBEDDING_BACKEND", "embedding_backend", "auto / onnx / hash", _parse_backend,
-        "`onnx`, `hash` (feature hashing, fast, weaker), or `auto` (onnx when installed).",
+        "EMBEDDING_BACKEND", "embedding_backend", "auto / onnx / hash / torch", _parse_backend,
+        "`onnx`, `hash` (feature hashing, fast, weaker), `auto` (onnx when installed), or "
+        "`torch`: the same MiniLM through PyTorch (`pip install 'rifflux[gpu]'`), whose "
+        "vectors are labelled apart from onnx's: set it where a job is submitted and where "
+        "it is searched to have the job embedded by GPU workers ([GPU embedding]"
+        "(#gpu-embedding)).",
+    ),
+    S(
+        "EMBEDDING_DEVICE", "embedding_device", "cpu / cuda / cuda:N", _parse_device,
+        "Where this process embeds. `cuda` or `cuda:N`: with the `torch` embedder on that "
+        "GPU (the backend must be `torch` or `auto`; no GPU or no torch is an error, never "
+        "another model); `cpu`: the configured backend on the CPU. `rifflux worker "
+        "--device` sets it for a pool.",
     ),
     S(
         "ONNX_THREADS", "onnx_threads", "int ≥ 0", _non_negative_int,

@@ -138,6 +138,7 @@ def worker_environment(settings: Settings, processes: int | None = None) -> dict
     env["RIFFLUX_DB_PATH"] = str(settings.db_path.resolve())
     env["RIFFLUX_BROKER_URL"] = settings.resolved_broker_url
     env["RIFFLUX_EMBEDDING_BACKEND"] = settings.embedding_backend
+    env["RIFFLUX_EMBEDDING_DEVICE"] = settings.embedding_device
     count = processes or settings.workers
     env["RIFFLUX_ONNX_THREADS"] = str(onnx_threads_per_worker(settings, count))
     return env

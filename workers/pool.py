@@ -52,12 +52,13 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 
 import structlog
 
 from rifflux.config import Settings
+from rifflux.errors import RiffluxError
 from rifflux.logs import configure_logging
 
 log = structlog.get_logger(__name__)
@@ -78,6 +79,13 @@ CRASH_WINDOW_SECONDS = 60.0
 STOP_SECONDS = 30.0
 """How long children get to finish their messages after SIGTERM before SIGKILL."""
 EXIT_CRASH_LOOP = 1
+GPU_WORKER_THREADS = 2
+"""Threads of a GPU worker: two embed messages in flight, so the GPU has the next batch
+while the vectors of the last one are sent."""
+GPU_WORKER_MIN_RSS_MB = 8192
+"""The least recycling limit of a GPU worker: the CUDA runtime and libraries alone keep
+gigabytes resident, which ``RIFFLUX_WORKER_MAX_RSS_MB``'s default (sized for an ONNX
+worker) would take for a leak."""
 
 _PR_SET_PDEATHSIG = 1
 
@@ -116,6 +124,39 @@ class PoolSpec:
             max_messages=settings.worker_max_messages,
             max_rss_mb=settings.worker_max_rss_mb,
         )
+
+    @classmethod
+    def for_device(
+        cls,
+        settings: Settings,
+        *,
+        processes: int | None = None,
+        threads: int | None = None,
+        queues: Sequence[str] = (),
+    ) -> PoolSpec:
+        """The pool of ``rifflux worker``: for a CUDA device (``settings.embedding_device``)
+        an embed-only pool of one process (one per GPU is enough to fill it) with
+        :data:`GPU_WORKER_THREADS` threads, so that a second batch embeds while the first
+        one's vectors go out; else :meth:`from_settings`."""
+        if settings.embedding_device == "cpu":
+            return cls.from_settings(
+                settings, processes=processes, threads=threads or 1, queues=queues
+            )
+        from rifflux.queue.names import EMBED_QUEUE  # dramatiq: only for a GPU pool
+
+        if set(queues) - {EMBED_QUEUE}:
+            raise RiffluxError(
+                f"a worker on {settings.embedding_device} only embeds: give it no --queues "
+                f"or --queues {EMBED_QUEUE}"
+            )
+        spec = cls.from_settings(
+            settings,
+            processes=processes or 1,
+            threads=threads or GPU_WORKER_THREADS,
+            queues=(EMBED_QUEUE,),
+        )
+        limit = spec.max_rss_mb and max(spec.max_rss_mb, GPU_WORKER_MIN_RSS_MB)
+        return replace(spec, lexical_threads=0, max_rss_mb=limit)
 
     def child_command(self) -> list[str]:
         command = [sys.executable, "-m", "workers.child", "--actors", self.actors]

@@ -42,7 +42,8 @@ def _broker_for(settings: Settings) -> dramatiq.Broker:
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
         broker.add_middleware(CurrentMessage())
     if not any(isinstance(m, PresenceMiddleware) for m in broker.middleware):
-        broker.add_middleware(PresenceMiddleware(presence_store_for(broker, settings)))
+        store = presence_store_for(broker, settings)
+        broker.add_middleware(PresenceMiddleware(store, device=settings.embedding_device))
     if not isinstance(broker, SQLiteBroker):
         # Imported only here: the redis client is a tenth of a second of every worker's boot.
         from rifflux.queue.redis_maintenance import RedisBroker, RedisMaintenance

@@ -1,4 +1,12 @@
-"""Choose the embedder from settings: ``onnx``, ``hash``, or ``auto`` (onnx if it can run)."""
+"""Choose the embedder from settings: ``onnx``, ``hash``, ``torch``, or ``auto`` (onnx if it
+can run).
+
+The backend names the model, and so the label of the vectors; the device says where it
+runs. ``RIFFLUX_EMBEDDING_DEVICE=cuda[:N]`` runs the ``torch`` embedder on that GPU (with
+``auto`` or ``torch``; any other backend is an error, never another model); ``cpu`` runs
+the configured backend, ``torch`` included, on the CPU (a search of an index that GPU
+workers embedded embeds its queries so).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from rifflux.config import Settings
 from rifflux.embed.base import Embedder
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.embed.onnx import ONNX_LABEL, OnnxEmbedder, onnx_unavailable_reason
+from rifflux.embed.torch_minilm import TORCH_LABEL, TorchEmbedder, torch_unavailable_reason
 from rifflux.errors import RiffluxError
 
 _fallback_warned = False
@@ -18,6 +27,16 @@ _fallback_lock = threading.Lock()
 
 def _resolve_backend(settings: Settings) -> tuple[str, str | None]:
     """The backend to use, and why ONNX cannot run (None if it can or was not asked)."""
+    if settings.embedding_device != "cpu":
+        if settings.embedding_backend not in ("auto", "torch"):
+            raise RiffluxError(
+                f"RIFFLUX_EMBEDDING_DEVICE={settings.embedding_device} embeds with the torch "
+                f"backend, but RIFFLUX_EMBEDDING_BACKEND={settings.embedding_backend}: set it "
+                "to torch (or auto)"
+            )
+        return "torch", None
+    if settings.embedding_backend == "torch":
+        return "torch", None
     if settings.embedding_backend == "hash":
         return "hash", None
     reason = onnx_unavailable_reason()
@@ -28,13 +47,16 @@ def _resolve_backend(settings: Settings) -> tuple[str, str | None]:
     if settings.embedding_backend == "auto":
         return ("hash", reason) if reason is not None else ("onnx", None)
     raise RiffluxError(
-        f"embedding backend {settings.embedding_backend!r} is unknown: use auto, onnx or hash"
+        f"embedding backend {settings.embedding_backend!r} is unknown: use auto, onnx, hash "
+        "or torch"
     )
 
 
 def embedder_label_for(settings: Settings) -> str:
     """The label :func:`make_embedder` would give, without loading any model."""
     backend, _ = _resolve_backend(settings)
+    if backend == "torch":
+        return TORCH_LABEL
     return ONNX_LABEL if backend == "onnx" else f"hash:{settings.hash_embedding_dim}"
 
 
@@ -56,6 +78,8 @@ def make_embedder(settings: Settings, *, queries: bool = False) -> Embedder:
     ``queries``: for a process that embeds one query at a time (a search), not batches.
     """
     backend, reason = _resolve_backend(settings)
+    if backend == "torch":
+        return _torch_embedder(settings, queries=queries)
     if backend == "onnx":
         threads = settings.onnx_threads
         if queries and not threads:
@@ -69,6 +93,26 @@ def make_embedder(settings: Settings, *, queries: bool = False) -> Embedder:
     if reason is not None:
         _warn_fallback_once(reason)
     return HashEmbedder(settings.hash_embedding_dim)
+
+
+def _torch_embedder(settings: Settings, *, queries: bool) -> TorchEmbedder:
+    """The torch embedder on the configured device; one line naming what is missing
+    (torch, a CUDA runtime, a CUDA device) if it cannot run there."""
+    device = settings.embedding_device
+    reason = torch_unavailable_reason(device)
+    if reason is not None:
+        raise RiffluxError(f"cannot embed with torch on {device}: {reason}")
+    if device != "cpu":
+        return TorchEmbedder(device)
+    threads = settings.onnx_threads
+    if queries and not threads:
+        threads = QUERY_ONNX_THREADS
+    return TorchEmbedder(
+        device,
+        batch_size=settings.embed_batch_size,
+        token_budget=settings.embed_token_budget,
+        threads=threads,
+    )
 
 
 def _warn_fallback_once(reason: str) -> None:

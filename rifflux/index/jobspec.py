@@ -82,14 +82,18 @@ class JobSpec:
             batch_target_bytes=settings.batch_target_bytes,
             base_dir=str(settings.base_dir) if settings.base_dir else None,
             allow_secret_paths=settings.allow_secret_paths,
-            embedding_backend=settings.embedding_backend,
+            # A process that embeds on a GPU embeds with torch (rifflux.embed.factory).
+            embedding_backend=(
+                "torch" if settings.embedding_device != "cpu" else settings.embedding_backend
+            ),
             hash_embedding_dim=settings.hash_embedding_dim,
             vector_index=settings.vector_index,
         )
 
     def settings_for(self, settings: Settings, db_path: str | Path) -> Settings:
         """``settings`` (a worker's: broker, threads, limits) with every field of this job
-        taken from the spec, for the index at ``db_path``."""
+        taken from the spec, for the index at ``db_path``. The device is the CPU's: the
+        job's embedder label depends on its backend only, not on where a worker runs it."""
         return replace(
             settings,
             db_path=Path(db_path),
@@ -102,6 +106,7 @@ class JobSpec:
             batch_target_bytes=self.batch_target_bytes,
             allow_secret_paths=self.allow_secret_paths,
             embedding_backend=self.embedding_backend,
+            embedding_device="cpu",
             hash_embedding_dim=self.hash_embedding_dim,
             vector_index=self.vector_index,
         )

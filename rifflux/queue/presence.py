@@ -194,7 +194,7 @@ class SQLitePresence:
             "SELECT * FROM workers WHERE last_seen >= ? ORDER BY worker_id",
             (time.time() - max_age_seconds,),
         )
-        return [
+        beats = [
             {
                 "worker_id": row["worker_id"],
                 "hostname": row["hostname"],
@@ -206,6 +206,7 @@ class SQLitePresence:
             }
             for row in rows
         ]
+        return [with_device(beat) for beat in beats]
 
 
 def _add_health_column(conn: sqlite3.Connection) -> None:
@@ -263,8 +264,14 @@ class RedisPresence:
             entry = json.loads(raw)
             if entry["last_seen"] >= cutoff:
                 key = worker_id.decode() if isinstance(worker_id, bytes) else worker_id
-                live.append({"worker_id": key, "health": None, **entry})
+                live.append(with_device({"worker_id": key, "health": None, **entry}))
         return live
+
+
+def with_device(heartbeat: dict[str, Any]) -> dict[str, Any]:
+    """The heartbeat with ``device``, where its worker embeds, from its health (``cpu``
+    for a worker that does not say)."""
+    return {**heartbeat, "device": (heartbeat.get("health") or {}).get("device") or "cpu"}
 
 
 def presence_store_for(broker: dramatiq.Broker, settings: Settings) -> PresenceStore:
@@ -288,9 +295,14 @@ class PresenceMiddleware(Middleware):
     """
 
     def __init__(
-        self, store: PresenceStore, *, interval_seconds: float = HEARTBEAT_SECONDS
+        self,
+        store: PresenceStore,
+        *,
+        interval_seconds: float = HEARTBEAT_SECONDS,
+        device: str = "cpu",
     ) -> None:
         self.store = store
+        self.device = device
         self.interval_seconds = interval_seconds
         self.worker_id: str | None = None
         self._queues: dict[int, list[str]] = {}
@@ -310,7 +322,8 @@ class PresenceMiddleware(Middleware):
     def health(self) -> dict[str, Any]:
         """``failing_since`` (epoch seconds: every message since has failed, or None),
         ``last_error`` (one line), ``last_ok`` (the last message that succeeded) and
-        ``write_fault`` (``{"job_id", "reason", "at"}`` of the last write no retry fixes)."""
+        ``write_fault`` (``{"job_id", "reason", "at"}`` of the last write no retry fixes)
+        and ``device`` (where it embeds: ``cpu``, ``cuda``, ``cuda:N``)."""
         with self._lock:
             return self._health()
 
@@ -320,6 +333,7 @@ class PresenceMiddleware(Middleware):
             "last_error": self._last_error,
             "last_ok": self._last_ok,
             "write_fault": self._write_fault,
+            "device": self.device,
         }
 
     def after_process_message(

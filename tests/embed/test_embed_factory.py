@@ -83,5 +83,5 @@ def test_label_check_does_not_warn(onnx_missing):
 
 
 def test_unknown_backend_names_the_valid_ones():
-    with pytest.raises(RiffluxError, match="auto, onnx or hash"):
+    with pytest.raises(RiffluxError, match="auto, onnx, hash or torch"):
         make_embedder(Settings(embedding_backend="bert"))

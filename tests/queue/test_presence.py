@@ -126,3 +126,24 @@ def test_a_heartbeat_of_a_process_gone_from_this_host_is_not_live(tmp_path: Path
         conn.execute("UPDATE workers SET started_at = 0 WHERE worker_id = ?", (here,))
     conn.close()
     assert {w["worker_id"] for w in presence.live_workers()} == {elsewhere}
+
+
+def test_a_heartbeat_names_the_device_its_worker_embeds_on(tmp_path: Path) -> None:
+    path = tmp_path / "queue.db"
+    presence = SQLitePresence(path)
+    gpu = PresenceMiddleware(presence, interval_seconds=0.1, device="cuda:1")
+    broker = SQLiteBroker(path, middleware=[gpu])
+    dramatiq.set_broker(broker)
+    broker.declare_queue("presence-test")
+    worker = Worker(broker, worker_threads=1, worker_timeout=100)
+    worker.start()
+    try:
+        [live] = presence.live_workers()
+        # A heartbeat that does not say (a worker of an older version) embeds on the CPU.
+        presence.record_heartbeat(worker_tag(), ["rifflux_embed"], {"last_ok": None})
+        devices = {w["worker_id"]: w["device"] for w in presence.heartbeats()}
+    finally:
+        worker.stop()
+        broker.close()
+    assert live["device"] == live["health"]["device"] == "cuda:1"
+    assert sorted(devices.values()) == ["cpu", "cuda:1"]
