@@ -101,6 +101,8 @@ def run_one(corpus: Path, workers: int, work: Path, backend: str) -> dict[str, A
         if kind in ACTORS:
             first[kind] += max(0.0, min(end, first_end) - max(start, submitted))
     window = workers * (first_end - submitted)
+    embeds = [(s, e) for kind, _pid, s, e in rows if kind == "embed_batch"]
+    chunks = [(s, e) for kind, _pid, s, e in rows if kind == "chunk_batch"]
     return {
         "workers": workers,
         "span_s": round(span, 3),
@@ -108,6 +110,11 @@ def run_one(corpus: Path, workers: int, work: Path, backend: str) -> dict[str, A
         "writer_busy": round(busy_within(writes, submitted, finished) / span, 3),
         "batches": record.batches_total,
         "chunks": record.chunks_embedded,
+        # The job's course, seconds after submit: the first embed starts, the last chunk
+        # step and the last embed end.
+        "first_embed_s": round(min(s for s, _ in embeds) - submitted, 2) if embeds else None,
+        "last_chunk_s": round(max(e for _, e in chunks) - submitted, 2) if chunks else None,
+        "last_embed_s": round(max(e for _, e in embeds) - submitted, 2) if embeds else None,
         "first_10s": {
             "window_s": round(first_end - submitted, 2),
             **{kind: round(first[kind], 2) for kind in ACTORS},
