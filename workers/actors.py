@@ -256,6 +256,8 @@ def embed_batch(message: dict[str, Any]) -> None:
         "job.batch_embedded",
         job_id=request.job_id,
         batch=request.batch_no,
+        unit=request.unit,
+        units=request.units,
         vectors=len(vectors.vectors),
     )
 
