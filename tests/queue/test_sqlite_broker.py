@@ -495,7 +495,7 @@ def test_the_file_gives_its_space_back_once_no_message_is_left(broker: SQLiteBro
     wal = broker.path.with_name(broker.path.name + "-wal")
     left = broker.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     assert left < full / 20
-    # And again for the next job's messages, now by incremental vacuum.
+    # And again for the next job's messages.
     for value in range(200):
         broker.enqueue(_message(f"{value}:{body}"))
     for _ in range(200):
