@@ -84,7 +84,7 @@ def pipeline(corpus: Path, processes: int, work: Path) -> float:
     try:
         queue.start_pool(processes)
         deadline = time.monotonic() + 120
-        while len(queue.live_workers()) < 2 * processes and time.monotonic() < deadline:
+        while len(queue.live_workers()) < processes and time.monotonic() < deadline:
             time.sleep(0.2)
         started = time.perf_counter()
         record = queue.wait(queue.submit([corpus]), timeout=3600)

@@ -95,18 +95,17 @@ def profile(corpus: Path, backend: str, keep_db: Path | None = None) -> dict[str
         embeds: list[EmbedRequest] = []
         started = time.perf_counter()
         clock.run(
-            "plan (scan, hash, read, persist)",
+            "plan (scan, hash, persist)",
             lambda: pipeline.plan(settings, plan_request(db, job_id), chunks.append, embeds.append),
         )
         inline = embedder if backend == "hash" else None
         for request in chunks:
             request = wire(clock, request, ChunkRequest)
             outcome = clock.run(
-                "chunk (markdown parse + rows write)",
+                "chunk (read, markdown parse + rows write)",
                 lambda r=request: pipeline.chunk(r, inline),
             )
-            if outcome.embed is not None:
-                embeds.append(outcome.embed)
+            embeds.extend(outcome.embeds)
         for request in embeds:
             request = wire(clock, request, EmbedRequest)
             vectors = clock.run("embed", lambda r=request: pipeline.embed(r, embedder))

@@ -595,7 +595,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     S(
         "BATCH_TARGET_BYTES", "batch_target_bytes", "int ≥ 1", _positive_int,
-        "File text per batch (one chunk message, then one embed message).",
+        "File text per batch (one chunk message; its texts to embed go out as embed units).",
         internal=True,
     ),
     S(

@@ -183,3 +183,10 @@ def fill_disk(path: Path) -> Path:
                 if len(chunk) == 1:
                     return path
                 chunk = chunk[: len(chunk) // 2]
+
+
+def sole_embed(outcome: Any) -> Any:
+    """A chunk step's one embed request (a pool of one worker sends a batch as one unit),
+    or None when its batch needed none."""
+    assert len(outcome.embeds) <= 1
+    return outcome.embeds[0] if outcome.embeds else None

@@ -1,7 +1,9 @@
 """Dramatiq actors for reindex jobs: thin wrappers over ``rifflux.index.pipeline``.
 
 Start workers with ``rifflux worker`` or ``dramatiq workers.actors --processes N``.
-Each worker process loads its embedder once, on the first embed batch it runs.
+Each worker process loads its embedder once: at boot when it consumes the embed queue
+(``workers/child.py`` calls :func:`process_embedder` in a thread beside its consumers),
+else on the first embed batch it runs.
 
 Every actor takes one encoded message (``rifflux.index.messages``), never positional
 fields. Errors that no retry can fix (``PERMANENT_ERRORS``) are declared ``throws``, so
@@ -51,7 +53,7 @@ from rifflux.index.messages import (
     finalize_request,
 )
 from rifflux.queue import names
-from rifflux.queue.presence import report_write_fault
+from rifflux.queue.presence import PresenceStore, presence_store_for, report_write_fault
 from rifflux.store import faults
 from workers import setup
 
@@ -84,6 +86,8 @@ PERMANENT_ERRORS = tuple(e for e in permanent_errors() if e not in CLASSIFIED_BY
 # Attempts at marking a job failed by a write fault, with a growing pause between them.
 FAULT_RECORD_ATTEMPTS = 3
 FAULT_RECORD_PAUSE_SECONDS = 0.2
+# How long a chunk step's count of live embedding workers is reused.
+EMBED_WORKERS_SECONDS = 2.0
 
 _embedder: Embedder | None = None
 _embedder_lock = threading.Lock()
@@ -105,6 +109,32 @@ def inline_embedder() -> Embedder | None:
     write (the hash one: ~0.1 ms a text), else None: ONNX embeds in its own step, and
     the process that writes rows never loads its model."""
     return process_embedder() if embedder_label_for(settings).startswith("hash:") else None
+
+
+_embed_workers: tuple[float, int] = (0.0, 1)
+
+
+@functools.cache
+def _presence_store() -> PresenceStore:
+    return presence_store_for(dramatiq.get_broker(), settings)
+
+
+def embed_workers() -> int:
+    """Live worker processes consuming the embed queue (presence heartbeats, read at most
+    every ``EMBED_WORKERS_SECONDS``), at least 1: what a chunk step sizes its embed units
+    for (:func:`rifflux.index.units.units_for`)."""
+    global _embed_workers
+    read_at, count = _embed_workers
+    if time.monotonic() - read_at < EMBED_WORKERS_SECONDS:
+        return count
+    try:
+        live = _presence_store().live_workers()
+        count = max(1, sum(1 for w in live if names.EMBED_QUEUE in (w.get("queues") or ())))
+    except Exception as exc:  # A sizing hint: one unit a batch is always correct.
+        log.warning("worker.presence_unread", error=_line(exc))
+        count = 1
+    _embed_workers = (time.monotonic(), count)
+    return count
 
 
 def last_error(message_data: dict[str, Any], retry_data: dict[str, Any]) -> str:
@@ -190,9 +220,9 @@ def chunk_batch(message: dict[str, Any]) -> None:
     request = ChunkRequest.from_dict(message)
     with failing_job_on_write_fault(request.db_path, request.job_id):
         retried = pipeline.with_retries(request, request.retries + _retries_so_far())
-        outcome = pipeline.chunk(retried, inline_embedder())
-        if outcome.embed is not None:
-            _send_embed(outcome.embed)
+        outcome = pipeline.chunk(retried, inline_embedder(), embed_workers=embed_workers())
+        for embed in outcome.embeds:
+            _send_embed(embed)
         if outcome.ready:
             _send_finalize(request.db_path, request.job_id)
 
@@ -226,6 +256,8 @@ def embed_batch(message: dict[str, Any]) -> None:
         "job.batch_embedded",
         job_id=request.job_id,
         batch=request.batch_no,
+        unit=request.unit,
+        units=request.units,
         vectors=len(vectors.vectors),
     )
 

@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Sequence
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 import dramatiq
@@ -198,6 +198,31 @@ def split_queues(
     return [((EMBED_QUEUE,), threads), (others, lexical_threads)]
 
 
+def threads_prefetch(threads: int) -> int:
+    """Messages a ``dramatiq.Worker`` of ``threads`` threads leases from each queue: one a
+    thread (Dramatiq's default is two). A process then holds no message it has no free
+    thread for, so a waiting embed unit stays in the queue for whichever worker is free
+    first instead of waiting behind a busy one's running unit (``rifflux.index.units``)."""
+    return max(1, threads)
+
+
+def load_embedder_at_boot(actors: ModuleType) -> None:
+    """Load the process's embedder (``actors.process_embedder``, when the module has one)
+    in a thread beside the consumers, so a job's first embed does not wait for the model
+    while plan and chunk steps run meanwhile; the first embed waits for the load."""
+    load = getattr(actors, "process_embedder", None)
+    if not callable(load):
+        return
+
+    def run() -> None:
+        try:
+            load()
+        except Exception as exc:  # The first embed raises it again, as a job error.
+            log.warning("worker.embedder_not_loaded", error=f"{type(exc).__name__}: {exc}")
+
+    threading.Thread(target=run, name="rifflux-embedder-load", daemon=True).start()
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers.child")
     parser.add_argument("--actors", default="workers.actors")
@@ -231,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, request_stop)
     parent = os.getppid()
 
-    importlib.import_module(args.actors)
+    actors = importlib.import_module(args.actors)
     broker = dramatiq.get_broker()
     broker.emit_after("process_boot")
     recycle = RecycleMiddleware(
@@ -246,11 +271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         dramatiq.Worker(broker, queues=set(queues) or None, worker_threads=threads)
         for queues, threads in split
     ]
+    for worker, (_queues, threads) in zip(workers, split, strict=True):
+        worker.queue_prefetch = threads_prefetch(threads)
     quiet_second_worker_middleware(broker)
     if len(workers) > 1 and args.embed_nice > 0:
         broker.add_middleware(EmbedPriority([workers[0]], args.embed_nice))
     for worker in workers:
         worker.start()
+    if any(not queues or EMBED_QUEUE in queues for queues, _ in split):
+        load_embedder_at_boot(actors)
     log.info("worker.consuming", pid=os.getpid(), queues=[list(q) for q, _ in split])
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")

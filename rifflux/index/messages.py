@@ -7,14 +7,16 @@ message it would misread (:class:`~rifflux.errors.MessageVersionError`, which is
 retried) instead of guessing. Bump ``MESSAGE_VERSION`` with any change of a message's
 fields or their meaning.
 
-A batch crosses three messages, one per phase: ``ChunkRequest`` (file texts, to chunk and
-write as keyword-searchable rows), ``EmbedRequest`` (only the texts that still lack a
-vector) and ``VectorsRequest`` (the new vectors, keyed by the sha256 of the embedded text).
+A batch crosses three messages, one per phase: ``ChunkRequest`` (the files as the plan saw
+them, no text: the chunk step runs on the index host and reads them), ``EmbedRequest``
+(texts that still lack a vector: the only text that travels, to whichever host embeds)
+and ``VectorsRequest`` (the new vectors, keyed by the sha256 of the embedded text). A
+batch's texts may go out as several embed units (``unit`` of ``units``), each its own
+embed and vectors message, so that every worker of a large pool has one to embed.
 The job's settings (chunk sizes, globs, the embedder: its
 :class:`~rifflux.index.jobspec.JobSpec`) are not repeated here: the steps that need them
-read them from the job record the message names (version 3 dropped the chunk sizes
-from ``ChunkRequest``). Vectors travel compactly: base64 of raw little-endian float32
-(a 384-d vector is 2 KB).
+read them from the job record the message names. Vectors travel compactly: base64 of raw
+little-endian float32 (a 384-d vector is 2 KB).
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rifflux.errors import MessageVersionError
-from rifflux.index.changes import FileWork
 
-MESSAGE_VERSION = 3
+MESSAGE_VERSION = 4
 
 
 def _check(data: Mapping[str, Any], kind: str) -> None:
@@ -100,16 +101,25 @@ def finalize_request(db_path: str, job_id: str) -> JobStep:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedFile:
+    """A file as its job's plan saw it (``sha256`` empty: not recorded, any content is
+    taken)."""
+
+    rel_path: str
+    mtime_ns: int
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkRequest:
-    """One planned batch's file texts: chunk them and write their rows (the lexical phase)."""
+    """One planned batch's files: read, chunk and write their rows (the lexical phase)."""
 
     db_path: str
     job_id: str
     batch_no: int
-    files: tuple[FileWork, ...]
+    files: tuple[PlannedFile, ...]
     model: str
-    # Planned files that vanished or turned unindexable before they were read.
-    vanished: tuple[str, ...] = ()
     retries: int = 0
     version: int = MESSAGE_VERSION
 
@@ -122,18 +132,8 @@ class ChunkRequest:
     def to_dict(self) -> dict[str, Any]:
         return {
             **_batch_header(self),
-            "files": [
-                {
-                    "rel_path": w.rel_path,
-                    "mtime_ns": w.mtime_ns,
-                    "size_bytes": w.size_bytes,
-                    "sha256": w.sha256,
-                    "text": w.text,
-                }
-                for w in self.files
-            ],
+            "files": [[f.rel_path, f.mtime_ns, f.size_bytes, f.sha256] for f in self.files],
             "model": self.model,
-            "vanished": list(self.vanished),
             "retries": self.retries,
         }
 
@@ -143,20 +143,18 @@ class ChunkRequest:
         return cls(
             **_batch_fields(data),
             files=tuple(
-                FileWork(
-                    f["rel_path"], int(f["mtime_ns"]), int(f["size_bytes"]), f["sha256"], f["text"]
-                )
-                for f in data["files"]
+                PlannedFile(str(path), int(mtime_ns), int(size_bytes), str(sha256))
+                for path, mtime_ns, size_bytes, sha256 in data["files"]
             ),
             model=str(data["model"]),
-            vanished=tuple(data["vanished"]),
             retries=int(data["retries"]),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class EmbedRequest:
-    """A written batch's texts that have no vector yet: ``texts`` maps embed hash → text.
+    """A written batch's texts that have no vector yet, or unit ``unit`` of ``units`` of
+    them: ``texts`` maps embed hash → text.
 
     ``paths`` are the batch's files (for failure records); the embedder never opens
     the index.
@@ -169,6 +167,8 @@ class EmbedRequest:
     paths: tuple[str, ...]
     texts: tuple[tuple[str, str], ...]
     retries: int = 0
+    unit: int = 0
+    units: int = 1
     version: int = MESSAGE_VERSION
 
     KIND: ClassVar[str] = "embed"
@@ -180,6 +180,8 @@ class EmbedRequest:
             "paths": list(self.paths),
             "texts": [list(pair) for pair in self.texts],
             "retries": self.retries,
+            "unit": self.unit,
+            "units": self.units,
         }
 
     @classmethod
@@ -191,6 +193,8 @@ class EmbedRequest:
             paths=tuple(data["paths"]),
             texts=tuple((str(key), str(text)) for key, text in data["texts"]),
             retries=int(data["retries"]),
+            unit=int(data["unit"]),
+            units=int(data["units"]),
         )
 
 
@@ -211,8 +215,9 @@ def decode_vectors(data: Mapping[str, str]) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True, slots=True)
 class VectorsRequest:
-    """A batch's new vectors (embed hash → float32 row) to attach to the chunks that have
-    exactly that text; ``retries`` so far, for the job's count."""
+    """A batch's new vectors (embed hash → float32 row), those of its embed unit ``unit``
+    of ``units``, to attach to the chunks that have exactly that text; ``retries`` so
+    far, for the job's count."""
 
     db_path: str
     job_id: str
@@ -222,6 +227,8 @@ class VectorsRequest:
     paths: tuple[str, ...]
     vectors: dict[str, np.ndarray]
     retries: int = 0
+    unit: int = 0
+    units: int = 1
     version: int = MESSAGE_VERSION
 
     KIND: ClassVar[str] = "vectors"
@@ -234,6 +241,8 @@ class VectorsRequest:
             "paths": list(self.paths),
             "vectors": encode_vectors(self.vectors),
             "retries": self.retries,
+            "unit": self.unit,
+            "units": self.units,
         }
 
     @classmethod
@@ -246,6 +255,8 @@ class VectorsRequest:
             paths=tuple(data["paths"]),
             vectors=decode_vectors(data["vectors"]),
             retries=int(data["retries"]),
+            unit=int(data["unit"]),
+            units=int(data["units"]),
         )
 
 

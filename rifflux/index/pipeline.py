@@ -57,6 +57,7 @@ from rifflux.index.messages import (
     ChunkRequest,
     EmbedRequest,
     JobStep,
+    PlannedFile,
     VectorsRequest,
 )
 from rifflux.index.planner import (
@@ -65,6 +66,7 @@ from rifflux.index.planner import (
 )
 from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
+from rifflux.index.units import deal, units_for
 from rifflux.store import jobs
 from rifflux.store.connection import open_index, transaction, tune_for_batch_writes
 from rifflux.store.knowledge import stale_paths
@@ -249,8 +251,39 @@ def read_works(
     return works, vanished
 
 
-CHANGED_WHILE_QUEUED = "changed after it was read; a later job indexes it"
-"""The job error of a planned file whose text changed between its read and its write."""
+def read_planned(
+    base_dir: Path | str,
+    planned: Sequence[PlannedFile],
+    max_file_bytes: int,
+    bounds: Sequence[Path] | None = None,
+    *,
+    allow_secret_paths: bool = False,
+) -> tuple[list[FileWork], list[str], list[str]]:
+    """Read a batch's files as :func:`read_works` does, and check each against what the
+    plan saw: (the files still as planned, those changed since, those vanished or
+    unindexable). A file is as planned when its size and sha256 are the plan's (a new
+    mtime with the same bytes is taken); a plan that recorded no sha256 takes any."""
+    works, vanished = read_works(
+        Path(base_dir),
+        [f.rel_path for f in planned],
+        max_file_bytes,
+        bounds,
+        allow_secret_paths=allow_secret_paths,
+    )
+    seen = {f.rel_path: f for f in planned}
+    current: list[FileWork] = []
+    changed: list[str] = []
+    for work in works:
+        plan = seen[work.rel_path]
+        if plan.sha256 and (plan.size_bytes, plan.sha256) != (work.size_bytes, work.sha256):
+            changed.append(work.rel_path)
+        else:
+            current.append(work)
+    return current, changed, vanished
+
+
+CHANGED_WHILE_QUEUED = "changed after it was planned; a later job indexes it"
+"""The job error of a planned file whose text changed between its plan and its write."""
 
 
 def _disk_path(base: str, rel_path: str) -> str:
@@ -272,7 +305,7 @@ def as_on_disk(
     read (size and mtime), those changed since, and those no longer a regular file
     (deleted, a directory now), added to ``vanished``.
 
-    A batch's texts are read when its job is planned and written later; a job submitted
+    A batch's texts are read before its write transaction takes the lock; a job submitted
     meanwhile (the watcher's, for the change) may have written or pruned the same files
     already, and this older read must not undo it: only the files still as read are
     written. Where no later job comes, the next reindex sees the change.
@@ -329,29 +362,22 @@ def plan(
         label = embedder_label_for(cfg)
         if not job.planned and not _make_plan(conn, cfg, job, label):
             return PlanOutcome(0)
-        base_dir = resolve_base_dir(conn, cfg)
-        # A file swapped for a symlink out of bounds since the scan is not read.
-        bounds = [real(p) for p in job.roots]
-        # Batch by batch, a page of them read at a time: nothing holds every batch.
+        # Batch by batch, a page of them read at a time: nothing holds every batch. The
+        # chunk step reads the files (on the index host): no file text is queued.
         sent = 0
         for batch_no, paths in jobs.iter_batches(conn, job_id, "chunked"):
             embed_request = _embed_request(conn, db_path, job_id, batch_no, paths, label)
             send_embed(embed_request)
             sent += 1
-        for batch_no, paths in jobs.iter_batches(conn, job_id, "pending"):
+        for batch_no, entries in jobs.iter_batch_files(conn, job_id, "pending"):
             sent += 1
-            allow = cfg.allow_secret_paths
-            works, vanished = read_works(
-                base_dir, paths, cfg.max_file_bytes, bounds, allow_secret_paths=allow
-            )
             send_chunk(
                 ChunkRequest(
                     db_path=db_path,
                     job_id=job_id,
                     batch_no=batch_no,
-                    files=tuple(works),
+                    files=tuple(map(planned_file, entries)),
                     model=label,
-                    vanished=tuple(vanished),
                 )
             )
         if sent:
@@ -360,6 +386,15 @@ def plan(
         conn.close()
     finalize(request)
     return PlanOutcome(0, finalized=True)
+
+
+def planned_file(entry: jobs.BatchFile) -> PlannedFile:
+    """A persisted batch's file entry as the chunk step checks it (a bare path: a plan
+    that recorded no state, whatever is read is taken)."""
+    if isinstance(entry, str):
+        return PlannedFile(entry, 0, 0, "")
+    path, mtime_ns, size_bytes, sha256 = entry
+    return PlannedFile(str(path), int(mtime_ns), int(size_bytes), str(sha256))
 
 
 def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, label: str) -> bool:
@@ -457,10 +492,10 @@ def texts_to_embed(conn: sqlite3.Connection, paths: Sequence[str]) -> tuple[tupl
 
 @dataclass(slots=True)
 class RowsOutcome:
-    """What follows a chunk step: the batch's embed request, if texts lack vectors, and
-    whether the job can finalize (every batch settled)."""
+    """What follows a chunk step: the batch's embed requests (its units; none when no
+    text lacks a vector), and whether the job can finalize (every batch settled)."""
 
-    embed: EmbedRequest | None
+    embeds: tuple[EmbedRequest, ...]
     ready: bool
 
 
@@ -478,10 +513,21 @@ def with_retries(request: R, retries: int) -> R:
     return dataclasses.replace(request, retries=retries)
 
 
-def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> RowsOutcome:
-    """The lexical phase of one batch: chunk its files and write their rows in one
-    transaction with the job counts. The chunks are keyword-searchable when it commits;
-    the texts without a vector go to the embed step.
+def chunk(
+    request: ChunkRequest,
+    inline_embedder: Embedder | None = None,
+    *,
+    embed_workers: int = 1,
+) -> RowsOutcome:
+    """The lexical phase of one batch: read its files, chunk them and write their rows in
+    one transaction with the job counts. The chunks are keyword-searchable when it
+    commits; the texts without a vector go to the embed step, as
+    :func:`~rifflux.index.units.units_for` units for ``embed_workers`` live embedding
+    workers.
+
+    The files are read here, on the index host (:func:`read_planned`): a file whose size
+    or sha256 is no longer what the plan saw is not written (``CHANGED_WHILE_QUEUED``), as
+    one changed between this read and the write is not (:func:`as_on_disk`).
 
     With ``inline_embedder`` (an embedder cheap enough to run in this step, the hash one,
     whose label is the job's model), the texts are embedded and their vectors written in
@@ -500,20 +546,27 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
         job = jobs.get_job(conn, job_id)
         if job is None or job.finished:
             # Cancelled, or failed by a write fault while its batches were in flight.
-            return RowsOutcome(None, False)
-        spec = JobSpec.from_dict(job.options)
-        files = [
-            chunk_file(work, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars)
-            for work in request.files
-        ]
+            return RowsOutcome((), False)
         state = jobs.batch_state(conn, job_id, batch_no)
         if state != "pending":
             if state == "chunked":
-                return RowsOutcome(
-                    _embed_request(conn, request.db_path, job_id, batch_no, paths, request.model),
-                    False,
-                )
-            return RowsOutcome(None, state is not None and _ready(conn, job_id))
+                model = request.model
+                rebuilt = _embed_request(conn, request.db_path, job_id, batch_no, paths, model)
+                return RowsOutcome((rebuilt,), False)
+            return RowsOutcome((), state is not None and _ready(conn, job_id))
+        spec = JobSpec.from_dict(job.options)
+        base = IndexReader(conn).metadata("base_dir") or os.getcwd()
+        works, changed_since_plan, vanished = read_planned(
+            base,
+            request.files,
+            spec.max_file_bytes,
+            [real(p) for p in job.roots],
+            allow_secret_paths=spec.allow_secret_paths,
+        )
+        files = [
+            chunk_file(work, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars)
+            for work in works
+        ]
         inline = inline_embedder
         if inline is not None and inline.label != request.model:
             inline = None
@@ -524,11 +577,11 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
             nonlocal retries
             retries += 1
 
-        base = IndexReader(conn).metadata("base_dir") or os.getcwd()
         with transaction(conn, on_retry=count_busy_retry):
             if jobs.batch_state(conn, job_id, batch_no) != "pending":
-                return RowsOutcome(None, False)  # A redelivery raced us and won.
-            files, changed, vanished = as_on_disk(base, files, request.vanished)
+                return RowsOutcome((), False)  # A redelivery raced us and won.
+            files, changed, vanished = as_on_disk(base, files, vanished)
+            changed = changed_since_plan + changed
             writer = IndexWriter(conn)
             deleted = 0
             if spec.prune_missing:
@@ -594,7 +647,22 @@ def chunk(request: ChunkRequest, inline_embedder: Embedder | None = None) -> Row
         conn.close()
     if embedded and not ready:
         publish_if_due(request.db_path)
-    return RowsOutcome(None if done else embed_request, ready)
+    if done or embed_request is None:
+        return RowsOutcome((), ready)
+    units = units_for(len(embed_request.texts), job.batches_total, embed_workers)
+    return RowsOutcome(embed_units(embed_request, units), ready)
+
+
+def embed_units(request: EmbedRequest, units: int) -> tuple[EmbedRequest, ...]:
+    """``request``'s texts as ``units`` embed requests (:func:`~rifflux.index.units.deal`);
+    the request itself when one."""
+    parts = deal(request.texts, units)
+    if len(parts) == 1:
+        return (request,)
+    return tuple(
+        dataclasses.replace(request, texts=part, unit=n, units=len(parts))
+        for n, part in enumerate(parts)
+    )
 
 
 def _embed_ahead(
@@ -630,17 +698,22 @@ def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:
         paths=request.paths,
         vectors=vectors,
         retries=request.retries,
+        unit=request.unit,
+        units=request.units,
     )
 
 
 def write_vectors(request: VectorsRequest) -> bool:
-    """The vector phase of one batch: attach its vectors and settle it, in one
-    transaction with the job counts; True when this was the job's last unsettled batch.
+    """The vector phase of one embed unit: attach its vectors, and settle its batch with
+    the batch's last unit (:func:`~rifflux.store.jobs.mark_unit_written`), in one
+    transaction with the job counts; True when this settled the job's last unsettled batch.
 
     A redelivered message changes nothing, but still answers whether the job is ready,
     so a finalize lost between two steps is sent again (finalizing is idempotent).
     """
     job_id, batch_no = request.job_id, request.batch_no
+    # Quantized before the write lock is taken: the lock is what the workers queue on.
+    blobs = encode_vectors(request.vectors)
     conn = tune_for_batch_writes(open_index(request.db_path))
     try:
         job = jobs.get_job(conn, job_id)
@@ -653,18 +726,21 @@ def write_vectors(request: VectorsRequest) -> bool:
             retries += 1
 
         with transaction(conn, on_retry=count_busy_retry):
-            if not jobs.mark_batch(conn, job_id, batch_no, "written", from_states=("chunked",)):
+            new, settled = jobs.mark_unit_written(
+                conn, job_id, batch_no, request.unit, request.units
+            )
+            if not new:
                 return jobs.batch_state(conn, job_id, batch_no) is not None and _ready(conn, job_id)
-            added = IndexWriter(conn).write_vectors(request.model, request.dim, request.vectors)
+            added = IndexWriter(conn).write_blobs(request.model, request.dim, blobs)
             jobs.add_counts(
                 conn,
                 job_id,
-                files_done=len(request.paths),
+                files_done=len(request.paths) if settled else 0,
                 chunks_embedded=len(request.vectors),
-                batches_done=1,
+                batches_done=1 if settled else 0,
                 retries=retries,
             )
-            ready = _ready(conn, job_id)
+            ready = settled and _ready(conn, job_id)
         log.info(
             "job.batch_vectors_written",
             job_id=job_id,

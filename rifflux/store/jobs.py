@@ -290,21 +290,31 @@ def add_skipped(
 # or ``failed``. A batch whose texts all had vectors goes from pending to written.
 UNSETTLED_STATES = ("pending", "chunked")
 
+BatchFile = str | list[Any]
+"""A file of a persisted batch: its stored path, or ``[path, mtime_ns, size_bytes,
+sha256]`` as the plan saw it (the chunk step reads the file and indexes it only if its
+size and sha256 are still those)."""
+
 
 def add_batches(
     conn: sqlite3.Connection,
     job_id: str,
-    batches: Sequence[Sequence[str]],
+    batches: Sequence[Sequence[BatchFile]],
     *,
     first: int = 0,
     state: str = "pending",
 ) -> None:
-    """Persist a job's plan: batch ``first + n`` holds the paths ``batches[n]`` (in a
-    transaction)."""
+    """Persist a job's plan: batch ``first + n`` holds the files ``batches[n]`` (in a
+    transaction), each a path or a :data:`BatchFile` with the state the plan saw."""
     conn.executemany(
         "INSERT OR IGNORE INTO job_batches(job_id, batch_no, state, files) VALUES (?, ?, ?, ?)",
-        [(job_id, first + n, state, json.dumps(list(paths))) for n, paths in enumerate(batches)],
+        [(job_id, first + n, state, json.dumps(list(files))) for n, files in enumerate(batches)],
     )
+
+
+def batch_path(entry: BatchFile) -> str:
+    """The stored path of a batch's file entry."""
+    return entry if isinstance(entry, str) else str(entry[0])
 
 
 def batches_in(conn: sqlite3.Connection, job_id: str, state: str) -> list[tuple[int, list[str]]]:
@@ -313,7 +323,7 @@ def batches_in(conn: sqlite3.Connection, job_id: str, state: str) -> list[tuple[
         "SELECT batch_no, files FROM job_batches WHERE job_id = ? AND state = ? ORDER BY batch_no",
         (job_id, state),
     ).fetchall()
-    return [(int(row["batch_no"]), json.loads(row["files"])) for row in rows]
+    return [(int(row["batch_no"]), list(map(batch_path, json.loads(row["files"])))) for row in rows]
 
 
 def iter_batches(
@@ -321,6 +331,15 @@ def iter_batches(
 ) -> Iterator[tuple[int, list[str]]]:
     """:func:`batches_in`, lazily: ``page`` batches per read, so a plan sending a
     100k-file job holds one page of paths, not all of them."""
+    for batch_no, files in iter_batch_files(conn, job_id, state, page=page):
+        yield batch_no, list(map(batch_path, files))
+
+
+def iter_batch_files(
+    conn: sqlite3.Connection, job_id: str, state: str, *, page: int = 8
+) -> Iterator[tuple[int, list[BatchFile]]]:
+    """:func:`iter_batches` with each file's entry as the plan stored it (a path, or a
+    :data:`BatchFile` with its size, mtime and sha256)."""
     after = -1
     while True:
         rows = conn.execute(
@@ -373,6 +392,37 @@ def batch_state(conn: sqlite3.Connection, job_id: str, batch_no: int) -> str | N
         "SELECT state FROM job_batches WHERE job_id = ? AND batch_no = ?", (job_id, batch_no)
     ).fetchone()
     return str(row["state"]) if row is not None else None
+
+
+def mark_unit_written(
+    conn: sqlite3.Connection, job_id: str, batch_no: int, unit: int, units: int
+) -> tuple[bool, bool]:
+    """Record that embed unit ``unit`` of ``units`` of a chunked batch has its vectors
+    written; (whether this unit was new, whether the batch is now written).
+
+    Each unit is a bit of ``units_done``, so a redelivered unit changes nothing; the batch
+    moves to ``written`` with its last unit. A batch's only unit (``units`` 1: also what
+    a plan or chunk redelivery rebuilds from the texts still lacking vectors) settles it
+    whatever the bits say. A batch that is not ``chunked`` (failed, or written already)
+    takes no unit. Call inside a transaction.
+    """
+    row = conn.execute(
+        "SELECT state, units_done FROM job_batches WHERE job_id = ? AND batch_no = ?",
+        (job_id, batch_no),
+    ).fetchone()
+    if row is None or row["state"] != "chunked":
+        return False, False
+    bit = 1 << unit
+    done = int(row["units_done"])
+    if units > 1 and done & bit:
+        return False, False
+    done |= bit
+    complete = units <= 1 or done == (1 << units) - 1
+    conn.execute(
+        "UPDATE job_batches SET units_done = ?, state = ? WHERE job_id = ? AND batch_no = ?",
+        (done, "written" if complete else "chunked", job_id, batch_no),
+    )
+    return True, complete
 
 
 def cancel_job(conn: sqlite3.Connection, job_id: str) -> bool:

@@ -148,6 +148,8 @@ CREATE TABLE IF NOT EXISTS job_batches (
     batch_no INTEGER NOT NULL,
     state    TEXT NOT NULL,
     files    TEXT NOT NULL DEFAULT '[]',
+    -- The embed units of a chunked batch whose vectors are written: bit n for unit n.
+    units_done INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, batch_no)
 );
 """
@@ -355,6 +357,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("chunks_to_embed", "INTEGER NOT NULL DEFAULT 0"),
         ("files_unchanged", "INTEGER NOT NULL DEFAULT 0"),
     ),
+    "job_batches": (("units_done", "INTEGER NOT NULL DEFAULT 0"),),
 }
 
 # Run once, right after a table's columns were added: older versions kept the plan's

@@ -167,9 +167,8 @@ def test_malformed_front_matter_is_a_skipped_reason_of_the_job_not_a_failure(
         embed_requests.append,
     )
     for request in chunk_requests:
-        outcome = pipeline.chunk(request)
-        if outcome.embed is not None:
-            pipeline.write_vectors(pipeline.embed(outcome.embed, HashEmbedder()))
+        for embed in pipeline.chunk(request).embeds:
+            pipeline.write_vectors(pipeline.embed(embed, HashEmbedder()))
     record = pipeline.finalize(finalize_request(str(settings.db_path), job_id))
     assert record is not None and record.state == "completed"
     assert record.files_failed == 0

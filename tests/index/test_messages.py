@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from rifflux.errors import MessageVersionError
-from rifflux.index.changes import FileWork
 from rifflux.index.messages import (
     MESSAGE_VERSION,
     BatchFailure,
     ChunkRequest,
     EmbedRequest,
     JobStep,
+    PlannedFile,
     VectorsRequest,
     decode_batch_step,
     finalize_request,
@@ -33,11 +33,10 @@ def chunk_request() -> ChunkRequest:
         job_id="j1",
         batch_no=3,
         files=(
-            FileWork("docs/a.md", 1_700_000_000_123_456_789, 12, "ab" * 32, "# A\n\nü text"),
-            FileWork("docs/b.md", 5, 0, "cd" * 32, ""),
+            PlannedFile("docs/ü.md", 1_700_000_000_123_456_789, 12, "ab" * 32),
+            PlannedFile("docs/b.md", 5, 0, ""),
         ),
         model="hash:384",
-        vanished=("docs/gone.md",),
         retries=1,
     )
 
@@ -50,6 +49,8 @@ def embed_request() -> EmbedRequest:
         model="hash:384",
         paths=("docs/a.md", "docs/b.md"),
         texts=(("h1", "A\n\nü text"), ("h2", "# B")),
+        unit=2,
+        units=3,
     )
 
 

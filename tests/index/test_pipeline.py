@@ -3,6 +3,7 @@ run them: plan, chunk (lexical phase), embed, write vectors (vector phase), fina
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from rifflux_testing import (
     index_rows,
     make_settings,
     reference_rows,
+    sole_embed,
 )
 
 from rifflux.embed.hashing import HashEmbedder
@@ -88,8 +90,8 @@ def embed_and_write(request: EmbedRequest, embedder=None) -> bool:
 def run_batch(request: ChunkRequest, embedder=None) -> bool:
     """Both phases of one batch; True when the job is ready to finalize."""
     outcome = chunk(request)
-    if outcome.embed is not None:
-        return embed_and_write(outcome.embed, embedder)
+    if sole_embed(outcome) is not None:
+        return embed_and_write(sole_embed(outcome), embedder)
     return outcome.ready
 
 
@@ -117,7 +119,7 @@ def test_a_redelivered_plan_resends_only_pending_batches(tmp_path: Path) -> None
     for request in sent.chunks[:2]:
         run_batch(request, embedder)
     # Batch 2 is chunked (rows written) but its embed message was lost.
-    lost = chunk(sent.chunks[2]).embed
+    lost = sole_embed(chunk(sent.chunks[2]))
     assert lost is not None
     _, resent = plan(settings, job_id)
     assert [r.batch_no for r in resent.chunks] == [r.batch_no for r in sent.chunks[3:]]
@@ -130,7 +132,7 @@ def test_a_redelivered_plan_resends_only_pending_batches(tmp_path: Path) -> None
     assert ready[-1] and not any(ready[:-1])
     # A duplicate of a settled batch writes nothing; it still says the job is ready, so a
     # finalize lost after the last write is sent again (finalizing is idempotent).
-    assert chunk(sent.chunks[0]) == pipeline.RowsOutcome(None, True)
+    assert chunk(sent.chunks[0]) == pipeline.RowsOutcome((), True)
     assert embed_and_write(lost, embedder)
     done = pipeline.finalize(finalize_request(db, job_id))
     assert done is not None and done.state == "completed"
@@ -222,7 +224,7 @@ def test_a_cancelled_job_writes_nothing_more(tmp_path: Path) -> None:
         assert not jobs.cancel_job(conn, job_id)
     finally:
         conn.close()
-    assert chunk(sent.chunks[0]) == pipeline.RowsOutcome(None, False)
+    assert chunk(sent.chunks[0]) == pipeline.RowsOutcome((), False)
     done = pipeline.finalize(finalize_request(db, job_id))
     assert done is not None and (done.state, done.files_done) == ("cancelled", 0)
 
@@ -233,7 +235,7 @@ def test_every_file_is_keyword_searchable_before_any_vector_is_written(tmp_path:
     job_id = submit(settings, [corpus])
     _, sent = plan(settings, job_id)
     assert record(settings, job_id).phase == "lexical"
-    embeds = [chunk(request).embed for request in sent.chunks]
+    embeds = [sole_embed(chunk(request)) for request in sent.chunks]
     job = record(settings, job_id)
     assert job.phase == "embedding" and job.files_written == job.files_planned == 12
     assert job.chunks_to_embed > 0 and job.chunks_embedded == 0
@@ -267,14 +269,14 @@ def test_a_vector_never_lands_on_a_chunk_rewritten_since_it_was_embedded(
     settings = make_settings(tmp_path)
     first_job = submit(settings, [docs])
     _, first = plan(settings, first_job)
-    old_embed = chunk(first.chunks[0]).embed
+    old_embed = sole_embed(chunk(first.chunks[0]))
     assert old_embed is not None
     # The file changes and a second job writes its new rows before the first job's
     # vectors arrive.
     note.write_text("# Note\n\nA rewritten text of this note, about silver spoons.\n")
     second_job = submit(settings, [docs])
     _, second = plan(settings, second_job)
-    new_embed = chunk(second.chunks[0]).embed
+    new_embed = sole_embed(chunk(second.chunks[0]))
     assert new_embed is not None
 
     embed_and_write(old_embed)
@@ -294,7 +296,7 @@ def test_files_left_without_vectors_are_embedded_by_the_next_job(tmp_path: Path)
     job_id = submit(settings, [corpus])
     db = str(settings.db_path)
     _, sent = plan(settings, job_id)
-    lost = [outcome.embed for outcome in map(chunk, sent.chunks)]
+    lost = [sole_embed(outcome) for outcome in map(chunk, sent.chunks)]
     # Every vector phase fails for good: the rows stay, keyword-searchable.
     for request in lost:
         assert request is not None
@@ -323,7 +325,7 @@ def test_a_chunk_step_with_an_inline_embedder_settles_its_batch_with_the_same_ro
     _, sent = plan(settings, job_id)
     embedder = HashEmbedder(settings.hash_embedding_dim)
     outcomes = [pipeline.chunk(ChunkRequest.from_dict(r.to_dict()), embedder) for r in sent.chunks]
-    assert len(outcomes) > 1 and all(o.embed is None for o in outcomes)
+    assert len(outcomes) > 1 and all(sole_embed(o) is None for o in outcomes)
     assert outcomes[-1].ready and not any(o.ready for o in outcomes[:-1])
     job = record(settings, job_id)
     assert job.phase == "finalizing"
@@ -343,7 +345,7 @@ def test_an_inline_embedder_of_another_model_leaves_the_vectors_to_the_embed_ste
     _, sent = plan(settings, job_id)
     other = HashEmbedder(settings.hash_embedding_dim + 1)
     outcomes = [pipeline.chunk(r, other) for r in sent.chunks]
-    assert all(o.embed is not None for o in outcomes)
+    assert all(sole_embed(o) is not None for o in outcomes)
     assert record(settings, job_id).chunks_embedded == 0
 
 
@@ -407,3 +409,93 @@ def test_the_finalize_merges_the_fts_index_beside_its_publish(
     monkeypatch.setattr(pipeline, "publish_quietly", real_publish)
     with pytest.raises(RuntimeError, match="merge failed"):
         run_inline(settings, [corpus])
+
+
+def test_a_batch_embedded_as_units_settles_with_its_last_unit_and_stores_the_same_rows(
+    tmp_path: Path,
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=12)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    _, sent = plan(settings, job_id)
+    # Chunk steps of a pool of 16 embedding workers: each batch goes out as several units.
+    units = [
+        unit
+        for request in sent.chunks
+        for unit in pipeline.chunk(
+            ChunkRequest.from_dict(request.to_dict()), embed_workers=16
+        ).embeds
+    ]
+    assert len(units) > len(sent.chunks) and max(u.units for u in units) > 1
+    job = record(settings, job_id)
+    # Written last unit first; each unit's duplicate (a redelivery) changes nothing.
+    ready = []
+    for unit in reversed(units):
+        ready.append(embed_and_write(unit))
+        assert not embed_and_write(unit) or ready[-1]
+    assert ready[-1] and not any(ready[:-1])
+    job = record(settings, job_id)
+    assert job.batches_done == job.batches_total and job.files_done == 12
+    assert job.chunks_embedded == job.chunks_to_embed > 0
+    done = pipeline.finalize(finalize_request(db, job_id))
+    assert done is not None and done.state == "completed"
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def test_a_batch_is_written_only_when_every_unit_of_it_is(tmp_path: Path) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=6)
+    settings = make_settings(tmp_path)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    units = [u for r in sent.chunks for u in pipeline.chunk(r, embed_workers=16).embeds]
+    widest = max(units, key=lambda u: u.units).batch_no
+    first = [u for u in units if u.batch_no == widest]
+    assert len(first) > 2
+    for unit in first[:-1]:
+        embed_and_write(unit)
+        embed_and_write(unit)
+    conn = open_index(settings.db_path)
+    try:
+        assert jobs.batch_state(conn, job_id, first[0].batch_no) == "chunked"
+    finally:
+        conn.close()
+    embed_and_write(first[-1])
+    conn = open_index(settings.db_path)
+    try:
+        assert jobs.batch_state(conn, job_id, first[0].batch_no) == "written"
+    finally:
+        conn.close()
+
+
+def test_the_chunk_step_reads_the_files_and_skips_one_changed_since_the_plan(
+    tmp_path: Path,
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=4)
+    settings = make_settings(tmp_path)
+    job_id = submit(settings, [corpus])
+    db = str(settings.db_path)
+    _, sent = plan(settings, job_id)
+    # No text travels in a chunk message: the plan's size, mtime and sha256 of each file.
+    assert all("text" not in str(r.to_dict()) for r in sent.chunks)
+    changed, touched, *_ = sorted(corpus.rglob("*.md"))
+    changed.write_text(changed.read_text() + "\nA line written after the plan.\n")
+    stat = touched.stat()
+    os.utime(touched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    ready = [run_batch(request) for request in sent.chunks]
+    assert ready[-1]
+    done = pipeline.finalize(finalize_request(db, job_id))
+    assert done is not None and done.state == "completed"
+    changed_path = f"docs/{changed.relative_to(corpus).as_posix()}"
+    assert done.errors == [{"path": changed_path, "error": pipeline.CHANGED_WHILE_QUEUED}]
+    assert done.files_done == 3
+    stored = {row[0] for row in index_rows(settings.db_path)}
+    assert changed_path not in stored
+    # The same bytes with a new mtime are what the plan saw: indexed, with the new mtime.
+    touched_path = f"docs/{touched.relative_to(corpus).as_posix()}"
+    conn = open_index(db)
+    try:
+        row = conn.execute("SELECT mtime_ns FROM files WHERE path = ?", (touched_path,)).fetchone()
+    finally:
+        conn.close()
+    assert row is not None and row[0] == touched.stat().st_mtime_ns

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cache_damage import DAMAGES
-from rifflux_testing import copy_corpus, make_settings
+from rifflux_testing import copy_corpus, make_settings, sole_embed
 
 from rifflux.config import Settings
 from rifflux.embed.hashing import HashEmbedder
@@ -50,7 +50,7 @@ def run_job(settings: Settings, root: Path) -> tuple[jobs.JobRecord, pipeline.Pl
     request = plan_request(str(settings.db_path), job_id)
     outcome = pipeline.plan(settings, request, chunks.append, embeds.append)
     for chunk in chunks:
-        embed = pipeline.chunk(chunk).embed
+        embed = sole_embed(pipeline.chunk(chunk))
         if embed is not None:
             embeds.append(embed)
     for embed in embeds:

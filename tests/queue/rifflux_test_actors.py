@@ -74,7 +74,7 @@ def _pause_once(marker: str) -> None:
 
 
 _real_write_rows = IndexWriter.write_rows
-_real_write_vectors = IndexWriter.write_vectors
+_real_write_blobs = IndexWriter.write_blobs
 
 
 def _write_rows(writer: IndexWriter, files: Any, model: str) -> Any:
@@ -87,10 +87,10 @@ def _write_rows(writer: IndexWriter, files: Any, model: str) -> Any:
     return stats
 
 
-def _write_vectors(writer: IndexWriter, model: str, dim: int, vectors: Any) -> int:
+def _write_blobs(writer: IndexWriter, model: str, dim: int, blobs: Any) -> int:
     """With RIFFLUX_TEST_WRITE_PAUSE_FILE (phase ``vectors``, the default): pause in the
     vector phase's transaction, after the vectors are applied."""
-    added = _real_write_vectors(writer, model, dim, vectors)
+    added = _real_write_blobs(writer, model, dim, blobs)
     marker = os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_FILE")
     if marker and os.environ.get("RIFFLUX_TEST_WRITE_PAUSE_PHASE", "vectors") == "vectors":
         _pause_once(marker)
@@ -98,4 +98,4 @@ def _write_vectors(writer: IndexWriter, model: str, dim: int, vectors: Any) -> i
 
 
 IndexWriter.write_rows = _write_rows  # type: ignore[method-assign]
-IndexWriter.write_vectors = _write_vectors  # type: ignore[method-assign]
+IndexWriter.write_blobs = _write_blobs  # type: ignore[method-assign]

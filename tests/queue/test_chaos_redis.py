@@ -6,6 +6,7 @@ queued job's rows against a clean in-process index of the same files.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -138,5 +139,14 @@ def test_a_batch_slower_than_the_heartbeat_timeout_is_embedded_once(
         queue.close()
     assert record.state == "completed", record.errors
     logs = "".join(p.read_text() for p in tmp_path.glob("workers-*.log"))
-    assert logs.count('"job.batch_embedded"') == record.batches_total >= 2
+    embedded = [
+        (line["batch"], line["unit"], line["units"])
+        for line in map(json.loads, (t for t in logs.splitlines() if t.startswith("{")))
+        if line.get("event") == "job.batch_embedded"
+    ]
+    # Each embed unit of each batch once (a batch may go out as several units).
+    assert len(embedded) == len(set(embedded)) >= record.batches_total >= 2
+    assert {batch for batch, _, _ in embedded} == set(range(record.batches_total))
+    per_batch = {batch: sum(1 for b, _, _ in embedded if b == batch) for batch, _, _ in embedded}
+    assert all(per_batch[batch] == units for batch, _, units in embedded)
     assert_same_as_clean_index(tmp_path, corpus, settings)

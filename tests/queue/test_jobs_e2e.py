@@ -61,6 +61,31 @@ def test_two_worker_processes_store_exactly_what_one_process_stores(
     assert index_rows(settings.db_path) == stored
 
 
+def test_four_worker_processes_embedding_in_units_store_exactly_what_one_process_stores(
+    tmp_path: Path, start_workers
+) -> None:
+    corpus = copy_corpus(tmp_path / "docs", limit=60)
+    settings = queue_settings(tmp_path)
+    # The test actors embed in their own step (no inline hash embedding), as ONNX does.
+    start_workers(settings, processes=4, module=TEST_ACTORS)
+    queue = IndexQueue(settings)
+    try:
+        wait_until(lambda: len(queue.live_workers()) == 4)
+    finally:
+        queue.close()
+    record = run_job(settings, corpus)
+    assert record.state == "completed", record.errors
+    assert record.files_done == 60 and record.batches_done == record.batches_total
+    conn = connect(settings.db_path)
+    try:
+        units = [row[0] for row in conn.execute("SELECT units_done FROM job_batches")]
+    finally:
+        conn.close()
+    # Sized for 4 workers: batches went out as several embed units (bit n: unit n written).
+    assert any(done > 1 for done in units)
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
 def test_killing_a_worker_mid_job_loses_and_duplicates_nothing(
     tmp_path: Path, start_workers
 ) -> None:

@@ -475,3 +475,29 @@ def test_queue_depths_count_ready_leased_and_delayed_across_processes(
     elsewhere.close()
 
     assert broker.queue_depths() == {"jobs": 2, "jobs.DQ": 1, "undeclared-here": 1}
+
+
+def test_the_file_gives_its_space_back_once_no_message_is_left(broker: SQLiteBroker) -> None:
+    broker.declare_queue(QUEUE)
+    body = "x" * 20_000
+    for value in range(200):
+        broker.enqueue(_message(f"{value}:{body}"))
+    consumer = broker.consume(QUEUE, prefetch=200, timeout=100)
+    held = [next(consumer) for _ in range(200)]
+    connect(broker.path).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    full = broker.path.stat().st_size
+    assert full > 200 * 20_000
+    for message in held[:-1]:
+        consumer.ack(message)
+    # A message is left: the space stays for the queue's next messages.
+    assert broker.path.stat().st_size == full
+    consumer.ack(held[-1])
+    wal = broker.path.with_name(broker.path.name + "-wal")
+    left = broker.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    assert left < full / 20
+    # And again for the next job's messages.
+    for value in range(200):
+        broker.enqueue(_message(f"{value}:{body}"))
+    for _ in range(200):
+        consumer.ack(next(consumer))
+    assert broker.path.stat().st_size < full / 20

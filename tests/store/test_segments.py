@@ -9,7 +9,7 @@ from contextlib import closing, nullcontext
 from pathlib import Path
 
 import pytest
-from rifflux_testing import copy_corpus, make_settings
+from rifflux_testing import copy_corpus, make_settings, sole_embed
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import pipeline
@@ -54,8 +54,8 @@ def run_until_finalize(settings, corpus: Path) -> str:
     )
     for request in chunks:
         outcome = pipeline.chunk(request)
-        if outcome.embed is not None:
-            embeds.append(outcome.embed)
+        if sole_embed(outcome) is not None:
+            embeds.append(sole_embed(outcome))
     for embed in embeds:
         vectors = pipeline.embed(EmbedRequest.from_dict(embed.to_dict()), HashEmbedder())
         pipeline.write_vectors(VectorsRequest.from_dict(vectors.to_dict()))
