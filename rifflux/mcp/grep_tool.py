@@ -20,12 +20,13 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 from rifflux.mcp.arguments import READ_ONLY, MaxTokens
 from rifflux.mcp.tools import ToolContext
 from rifflux.search import retrieval
-from rifflux.search.budget import response_tokens, within_limit
+from rifflux.search.budget import within_limit
 from rifflux.search.grep import (
     DEFAULT_MAX_MATCHES,
     MAX_CONTEXT_LINES,
     MAX_MAX_MATCHES,
     GrepRequest,
+    fit_matches,
     grep,
 )
 from rifflux.search.request import MAX_LIST_ITEMS, as_integer
@@ -49,26 +50,8 @@ def grep_rifflux(
     with deadline.guarding(conn):
         response = grep(conn, request, deadline, served.admitting(retrieval.placer(conn)))
     if request.max_tokens is not None:
-        return response
+        return response  # fitted to it by grep
     return within_limit(response, ctx.settings.max_response_tokens, fit_matches)
-
-
-def fit_matches(response: dict[str, Any], limit: int) -> dict[str, Any]:
-    """``response`` with the longest prefix of its matches whose whole answer is at most
-    ``limit`` estimated tokens, marked ``truncated``: the server's default budget."""
-
-    def first(count: int) -> dict[str, Any]:
-        return {**response, "count": count, "truncated": True, "matches": matches[:count]}
-
-    matches = response["matches"]
-    low, high = 0, len(matches)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if response_tokens(first(middle)) <= limit:
-            low = middle
-        else:
-            high = middle - 1
-    return first(low)
 
 
 _INTEGER = {"type": "integer"}
@@ -110,7 +93,7 @@ def register(server: MCPServer, ctx: ToolContext, run: RunInThread, roots: Clien
         ] = DEFAULT_MAX_MATCHES,
         max_tokens: Annotated[
             MaxTokens,
-            Field(description="Token budget of the matches (default: the server's limit)."),
+            Field(description="Token budget of the whole answer (default: the server's limit)."),
         ] = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:

@@ -24,10 +24,12 @@ Invariants:
 * The plan only ever widens the candidates: a planner that cannot read a pattern
   (RE2-only syntax such as ``[[:alpha:]]`` or ``\\pL``) plans no literal and scans.
   Results are exact whatever the plan: every candidate is verified.
-* Output is bounded: ``max_matches`` entries, ``max_tokens`` of estimated tokens (entries
-  in order while they fit), ``MAX_RESPONSE_CHARS`` of lines in all, lines cut to
-  ``MAX_LINE_CHARS``; ``truncated`` says more matching lines exist (or may: the deadline
-  stopped the search).
+* Output is bounded: ``max_matches`` entries, ``MAX_RESPONSE_CHARS`` of lines in all,
+  lines cut to ``MAX_LINE_CHARS``, and a given ``max_tokens`` is the size of the whole
+  answer as sent (rifflux.search.budget's :func:`response_tokens`, keys and echoed
+  pattern included): the longest prefix of the matches that keeps it within
+  (:func:`fit_matches`). ``truncated`` says more matching lines exist (or may: the
+  deadline stopped the search).
 * Entries come in path order, then line order; ``admit`` (the caller's allowed roots and
   deny list) leaves out a file before any of its lines is counted.
 """
@@ -48,7 +50,7 @@ from typing import Any, NamedTuple
 import re2
 
 from rifflux.errors import InvalidQueryError, RiffluxError
-from rifflux.search.budget import estimate_tokens
+from rifflux.search.budget import response_tokens, within_limit
 from rifflux.search.deadline import Deadline
 from rifflux.search.globs import GlobMatcher, compile_glob
 from rifflux.search.request import check_max_tokens, check_path_glob
@@ -71,6 +73,9 @@ WINDOW_BYTES = 1 << 20
 """Bytes of whole lines RE2 searches between two deadline checks (~1 ms of DFA search)."""
 ENTRY_OVERHEAD_CHARS = 150
 """An entry's keys, numbers, chunk id and breadcrumb, counted towards the response size."""
+JOIN_SAVING_TOKENS = 2
+"""At most this many fewer tokens an entry costs inside the answer than on its own: the
+punctuation runs at its two ends may merge with the ``,``/``[``/``]`` around it."""
 MAX_EXACT = 16
 """The most strings the planner tracks for what a piece of a regex matches exactly."""
 MAX_CLASS_CHARS = 8
@@ -636,7 +641,28 @@ def grep(
             "matches in later files may be missing: narrow the pattern or path_glob"
         )
     response["matches"] = found.matches
-    return response
+    if request.max_tokens is None:
+        return response
+    return within_limit(response, request.max_tokens, fit_matches)
+
+
+def fit_matches(response: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``response`` with the longest prefix of its matches whose whole answer, as sent, is
+    at most ``limit`` estimated tokens, marked ``truncated`` (a given ``max_tokens``, or
+    the server's default budget)."""
+
+    def first(count: int) -> dict[str, Any]:
+        return {**response, "count": count, "truncated": True, "matches": matches[:count]}
+
+    matches = response["matches"]
+    low, high = 0, len(matches)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if response_tokens(first(middle)) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return first(low)
 
 
 def _collect(
@@ -683,11 +709,12 @@ def _collect(
                 out.truncated = True
                 return out
             if request.max_tokens is not None:
-                cost = _tokens(entry)
-                if out.tokens + cost > request.max_tokens:
+                # A lower bound of what the entry adds to the answer: once they pass
+                # max_tokens, no further entry can be kept (fit_matches cuts the rest).
+                out.tokens += response_tokens(entry) - JOIN_SAVING_TOKENS
+                if out.tokens > request.max_tokens:
                     out.truncated = True
                     return out
-                out.tokens += cost
             out.matches.append(entry)
         if deadline.expired():
             out.stopped = out.truncated = True
@@ -764,8 +791,3 @@ def _heading_at(offset: int, content: str, headings: str, heading_path: str) -> 
 def _chars(entry: dict[str, Any]) -> int:
     lines = [entry["text"], *entry["before"], *entry["after"]]
     return len(entry["path"]) + sum(len(line) + 4 for line in lines) + ENTRY_OVERHEAD_CHARS
-
-
-def _tokens(entry: dict[str, Any]) -> int:
-    texts = [entry["path"], entry["text"], *entry["before"], *entry["after"]]
-    return sum(estimate_tokens(text) for text in texts)
