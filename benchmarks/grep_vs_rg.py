@@ -62,13 +62,20 @@ REGEX_TEMPLATES = (
 )
 
 
-def text_files(corpus: Path, db: Path) -> dict[str, list[str]]:
-    """The indexed files (stored path → lines, as the indexer reads them)."""
+def indexed_paths(db: Path) -> list[str]:
+    """The stored paths of the indexed files."""
     conn = sqlite3.connect(db)
     paths = [str(r[0]) for r in conn.execute("SELECT path FROM files ORDER BY path")]
     conn.close()
+    return paths
+
+
+def text_files(corpus: Path, paths: list[str], count: int, seed: int) -> dict[str, list[str]]:
+    """``count`` of the indexed files, drawn at random: stored path → lines, as the
+    indexer reads them. Patterns are sampled from these; rg counts their matches over
+    every file (reading the whole corpus into Python would not fit a 100k-file run)."""
     files = {}
-    for path in paths:
+    for path in sorted(random.Random(seed).sample(paths, min(count, len(paths)))):
         text = (corpus / path).read_bytes().decode("utf-8", "replace").removeprefix("\ufeff")
         text = re.sub(r"\r\n?", "\n", text)
         lines = text.split("\n")
@@ -119,12 +126,16 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**min(runs, key=lambda r: r["index_cpu_s"]), "runs": len(runs)}
 
 
-def sample_literals(files: dict[str, list[str]], count: int, seed: int) -> list[str]:
+def sample_literals(files: dict[str, list[str]], corpus: Path, count: int, seed: int) -> list[str]:
+    """Literals of 6 to 24 characters cut from the sampled files' lines, each matching
+    at most 100 lines of the corpus, case aside (selective): candidates counted by one
+    ``rg --only-matching`` over every file."""
     rng = random.Random(seed)
-    lowered = "\n".join(line.lower() for lines in files.values() for line in lines)
     paths = sorted(files)
-    found: list[str] = []
-    while len(found) < count:
+    candidates: list[str] = []
+    for _ in range(count * 100):
+        if len(candidates) >= 4 * count:
+            break
         lines = [line for line in files[rng.choice(paths)] if len(line.strip()) >= 12]
         if not lines:
             continue
@@ -132,11 +143,31 @@ def sample_literals(files: dict[str, list[str]], count: int, seed: int) -> list[
         size = rng.randint(6, 24)
         start = rng.randrange(0, max(1, len(line) - size))
         literal = line[start : start + size]
-        if len(literal) < 6 or not literal.strip() or literal in found:
+        if len(literal) < 6 or not literal.strip() or literal in candidates:
             continue
-        if lowered.count(literal.lower()) <= 100:  # at most 100 occurrences: selective
-            found.append(literal)
-    return found
+        candidates.append(literal)
+    lines_of = rg_lines_per_literal(corpus, candidates)
+    return [c for c in candidates if lines_of.get(c.lower(), 0) <= 100][:count]
+
+
+def rg_lines_per_literal(corpus: Path, literals: list[str]) -> dict[str, int]:
+    """Matching lines of each literal (lower-cased) over the corpus, case aside, from one
+    rg run reporting each match (a literal hidden behind another matching at the same
+    place is undercounted: the check against rg per pattern is exact)."""
+    patterns = corpus.parent / f".{corpus.name}-literals.txt"
+    patterns.write_text("".join(literal + "\n" for literal in literals))
+    try:
+        args = [*RG, "--fixed-strings", "--ignore-case", "--only-matching", "-f", str(patterns)]
+        out = subprocess.run(
+            [*args, "."], cwd=corpus, capture_output=True, check=False
+        ).stdout.decode("utf-8", "replace")
+    finally:
+        patterns.unlink()
+    seen: dict[str, set[str]] = {}
+    for row in out.splitlines():
+        path, number, text = row.split(":", 2)
+        seen.setdefault(text.lower(), set()).add(path + ":" + number)
+    return {text: len(where) for text, where in seen.items()}
 
 
 def sample_regexes(
@@ -147,7 +178,9 @@ def sample_regexes(
     rng = random.Random(seed)
     paths = sorted(files)
     found: list[str] = []
-    while len(found) < count:
+    for _ in range(count * 100):
+        if len(found) >= count:
+            break
         words = [w for line in files[rng.choice(paths)] for w in re.findall("[A-Za-z]{5,}", line)]
         if len(words) < 2:
             continue
@@ -162,9 +195,12 @@ def sample_regexes(
     return found
 
 
+RG = ["rg", "--no-config", "--no-ignore", "--hidden", "-g", "*.md", "--line-number"]
+RG += ["--no-heading", "--with-filename", "--color", "never", "--no-messages"]
+
+
 def rg_lines(corpus: Path, pattern: str, *, regex: bool, case_sensitive: bool) -> list[list[Any]]:
-    args = ["rg", "--no-config", "--no-ignore", "--hidden", "-g", "*.md", "--line-number"]
-    args += ["--no-heading", "--with-filename", "--color", "never", "--no-messages"]
+    args = list(RG)
     args += [] if regex else ["--fixed-strings"]
     args += [] if case_sensitive else ["--ignore-case"]
     out = subprocess.run(
@@ -197,6 +233,7 @@ async def measure(
     regexes: list[str],
     broad: list[str],
     rounds: int,
+    cases: tuple[bool, ...] = (False, True),
 ) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
     env.update(
@@ -225,7 +262,7 @@ async def measure(
         mismatches = []
         for regex, patterns in ((False, literals), (True, regexes), (True, broad)):
             for pattern in patterns:
-                for case_sensitive in (False, True):
+                for case_sensitive in cases:
                     got = await call(pattern, regex=regex, case_sensitive=case_sensitive)
                     mine = sorted([m["path"], m["line"]] for m in got["matches"])
                     theirs = rg_lines(corpus, pattern, regex=regex, case_sensitive=case_sensitive)
@@ -241,7 +278,7 @@ async def measure(
                                 "rg": len(theirs),
                             }
                         )
-        out["checked_patterns"] = 2 * (len(literals) + len(regexes) + len(broad))
+        out["checked_patterns"] = len(cases) * (len(literals) + len(regexes) + len(broad))
         out["mismatches"] = mismatches
         # Latency, warm: each command once first, then ``rounds`` timed runs of each.
         for name, regex, patterns in (
@@ -290,6 +327,14 @@ def main() -> int:
     parser.add_argument("--literals", type=int, default=200)
     parser.add_argument("--regexes", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--sample-files", type=int, default=300, help="files the patterns are cut from"
+    )
+    parser.add_argument(
+        "--insensitive-only",
+        action="store_true",
+        help="check the lines against rg case-insensitively only (half the rg runs)",
+    )
     parser.add_argument("--index-runs", type=int, default=2, help="index runs per variant")
     parser.add_argument(
         "--reuse-index", action="store_true", help="search WORKDIR/with.db as it is"
@@ -322,9 +367,10 @@ def main() -> int:
         out["index"] = "not measured (--reuse-index)"
     else:
         without, with_grep = best_of(runs[False]), best_of(runs[True])
-    files = text_files(corpus, args.workdir / "with.db")
-    text_bytes = sum((corpus / p).stat().st_size for p in files)
-    out["files"], out["text_bytes"] = len(files), text_bytes
+    paths = indexed_paths(args.workdir / "with.db")
+    text_bytes = sum((corpus / p).stat().st_size for p in paths)
+    out["files"], out["text_bytes"] = len(paths), text_bytes
+    files = text_files(corpus, paths, args.sample_files, seed=34)
     if not args.reuse_index:
         out["index"] = {
             "without_grep": {**without, "ratio": round(without["db_bytes"] / text_bytes, 2)},
@@ -332,11 +378,12 @@ def main() -> int:
             "grep_tables_per_text_byte": round(with_grep["grep_bytes"] / text_bytes, 2),
             "index_cpu_increase": round(with_grep["index_cpu_s"] / without["index_cpu_s"] - 1, 3),
         }
-    literals = sample_literals(files, args.literals, seed=35)
+    literals = sample_literals(files, corpus, args.literals, seed=35)
     regexes = sample_regexes(files, corpus, args.regexes, seed=36, selective=True)
     broad = sample_regexes(files, corpus, args.regexes, seed=37, selective=False)
     db = args.workdir / "with.db"
-    out.update(asyncio.run(measure(corpus, db, literals, regexes, broad, args.rounds)))
+    cases = (False,) if args.insensitive_only else (False, True)
+    out.update(asyncio.run(measure(corpus, db, literals, regexes, broad, args.rounds, cases)))
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

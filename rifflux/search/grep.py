@@ -395,15 +395,30 @@ class Matcher:
     ) -> Iterator[tuple[int, int]]:
         """``(line start, match start)`` byte offsets, one per matching line, in order.
         ``check`` is called between windows; it returns True to stop. ``folds``: the text
-        may hold a character that matches an ASCII letter ignoring case (:class:`Text`)."""
+        may hold a character that matches an ASCII letter ignoring case (:class:`Text`).
+
+        The first match is found by RE2 over the whole text (in windows): a candidate
+        without one, most of a regex's candidates, costs one search in C and no line
+        work. The lines after it are found by the literal prefilter when there is one."""
         if self.needle is not None:
             yield from self._needle_hits(data, self.needle)
             return
-        if self.literals is not None and not folds:
-            yield from self._prefiltered_hits(data, self.literals, check)
-            return
+        hit = self._next_hit(data, 0, check)
+        prefilter = self.literals is not None and not folds
+        while hit is not None:
+            yield hit
+            newline = data.find(b"\n", hit[1])
+            if newline < 0:
+                return
+            if prefilter and self.literals is not None:
+                yield from self._prefiltered_hits(data, self.literals, check, newline + 1)
+                return
+            hit = self._next_hit(data, newline + 1, check)
+
+    def _next_hit(self, data: bytes, pos: int, check: Callable[[], bool]) -> tuple[int, int] | None:
+        """The first matching line at or after ``pos`` (a line start): RE2 over windows of
+        whole lines of ``WINDOW_BYTES``, ``check`` between them; None: no more, or stop."""
         size = len(data)
-        pos = 0
         while pos < size:
             cut = data.find(b"\n", min(pos + WINDOW_BYTES, size))
             end = size if cut < 0 else cut + 1
@@ -412,26 +427,24 @@ class Matcher:
             if start < 0 or (start >= end and end < size):
                 pos = end  # none in this window (a match at its end is the next line's)
                 if check():
-                    return
+                    return None
                 continue
             if start >= size and (size == 0 or data[size - 1] == 0x0A):
-                return  # the empty "line" after the final newline is not a line
-            yield data.rfind(b"\n", 0, start) + 1, start
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                return
-            pos = newline + 1
+                return None  # the empty "line" after the final newline is not a line
+            return data.rfind(b"\n", 0, start) + 1, start
+        return None
 
     def _prefiltered_hits(
-        self, data: bytes, literals: Sequence[bytes], check: Callable[[], bool]
+        self, data: bytes, literals: Sequence[bytes], check: Callable[[], bool], begin: int
     ) -> Iterator[tuple[int, int]]:
-        """:meth:`hits` with RE2 run only on the lines holding one of ``literals`` (ASCII,
-        lower case), found in the text lowered (ASCII) by ``bytes.find``: ripgrep's
-        literal prefilter, several times faster than RE2 over every byte."""
+        """:meth:`hits` from the line starting at ``begin`` with RE2 run only on the lines
+        holding one of ``literals`` (ASCII, lower case), found in the text lowered (ASCII)
+        by ``bytes.find``: ripgrep's literal prefilter, several times faster than RE2
+        restarted at every matching line."""
         lowered = data.lower()
         starts: set[int] = set()
         for literal in literals:
-            pos = lowered.find(literal)
+            pos = lowered.find(literal, begin)
             while pos >= 0:
                 line_start = data.rfind(b"\n", 0, pos) + 1
                 starts.add(line_start)
