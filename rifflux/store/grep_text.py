@@ -64,9 +64,17 @@ def _forget(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes]]) -> None
 
 
 def write_file(
-    conn: sqlite3.Connection, file_id: int, sha256: str, text: str, chunk_lines: Sequence[int]
+    conn: sqlite3.Connection,
+    file_id: int,
+    sha256: str,
+    text: str,
+    chunk_lines: Sequence[int],
+    *,
+    blob: bytes = b"",
 ) -> None:
-    """Replace a file's text and trigram rows (inside the transaction writing its chunks)."""
+    """Replace a file's text and trigram rows (inside the transaction writing its chunks);
+    ``blob``: ``compress(text)`` when the caller made it ahead (outside the write lock)."""
+    blob = blob or compress(text)
     old = conn.execute(
         f"SELECT id, text FROM {GREP_TABLE} WHERE file_id = ?", (file_id,)
     ).fetchone()
@@ -75,14 +83,14 @@ def write_file(
         row_id = conn.execute(
             f"INSERT INTO {GREP_TABLE}(file_id, sha256, text, chunk_lines) VALUES (?, ?, ?, ?) "
             "RETURNING id",
-            (file_id, sha256, compress(text), lines),
+            (file_id, sha256, blob, lines),
         ).fetchone()[0]
     else:
         row_id = int(old[0])
         _forget(conn, [(row_id, old[1])])
         conn.execute(
             f"UPDATE {GREP_TABLE} SET sha256 = ?, text = ?, chunk_lines = ? WHERE id = ?",
-            (sha256, compress(text), lines, row_id),
+            (sha256, blob, lines, row_id),
         )
     conn.execute(f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) VALUES (?, ?)", (row_id, text))
 

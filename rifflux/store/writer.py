@@ -165,7 +165,12 @@ class IndexWriter(IndexReader):
                 knowledge.write_file(conn, file_id, prepared.knowledge)
             if with_text and prepared.text is not None:
                 grep_text.write_file(
-                    conn, file_id, prepared.sha256, prepared.text, prepared.chunk_lines
+                    conn,
+                    file_id,
+                    prepared.sha256,
+                    prepared.text,
+                    prepared.chunk_lines,
+                    blob=prepared.text_blob,
                 )
             # Most files have no CJK text: one regex scan per chunk, and no read back.
             if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in prepared.chunks):
