@@ -4,9 +4,11 @@ Indexes the corpus in-process (hash embedder), alternately as shipped and with t
 rows (rifflux.store.grep_text) switched off, ``--index-runs`` times each, and reports for
 the run of least CPU of each the full-index wall and CPU time, the database bytes after
 a WAL checkpoint, their ratio to the corpus text bytes and the bytes of the grep tables.
-Then samples patterns from the corpus text (seeded): literals of 6 to 24 characters
-matching at most 100 lines (selective), regexes with a required literal matching at most
-100 lines, and as many regexes matching any number of lines (checked, not timed); times
+Then samples patterns (seeded) from the text of ``--sample-files`` random files, counting
+their matches over the whole corpus with rg (one ``--only-matching`` run for every
+literal candidate): literals of 6 to 24 characters matching at most 100 lines
+(selective), regexes with a required literal matching at most 100 lines, and as many
+regexes matching any number of lines (checked, not timed); times
 each ``grep_rifflux`` call through a stdio MCP session against ``rg`` over the same files
 (``--fixed-strings`` for the literals; both case-insensitive, grep_rifflux's default;
 warm page cache: every command runs once before timing), and checks that both report the
@@ -17,6 +19,9 @@ on PATH (Debian: ``apt-get install ripgrep``).
         --corpus ../shared/corpora/awesome-copilot --workdir /tmp/bench-grep --out grep.json
     nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --generate 10000 \\
         --workdir /tmp/bench-grep-10k --literals 50 --regexes 20 --out grep-10k.json
+    nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --generate 100000 \\
+        --workdir /tmp/bench-grep-100k --reuse-index --literals 50 --regexes 20 \\
+        --rounds 1 --insensitive-only --out grep-100k.json
 """
 
 from __future__ import annotations
