@@ -194,7 +194,7 @@ def sample_regexes(
         pattern = template.format(a=a, b=b, a1=a[1:])
         if pattern in found:
             continue
-        if selective and len(rg_lines(corpus, pattern, regex=True, case_sensitive=False)) > 100:
+        if selective and rg_line_count(corpus, pattern) > 100:
             continue
         found.append(pattern)
     return found
@@ -216,6 +216,17 @@ def rg_lines(corpus: Path, pattern: str, *, regex: bool, case_sensitive: bool) -
         path, number, _ = line.split(":", 2)
         pairs.append([path.removeprefix("./"), int(number)])
     return sorted(pairs)
+
+
+def rg_line_count(corpus: Path, pattern: str) -> int:
+    """Lines matching the regex ``pattern`` over the corpus, case aside (rg --count)."""
+    out = subprocess.run(
+        [*RG, "--count", "--ignore-case", "-e", pattern, "."],
+        cwd=corpus,
+        capture_output=True,
+        check=False,
+    ).stdout.decode("utf-8", "replace")
+    return sum(int(row.rsplit(":", 1)[1]) for row in out.splitlines())
 
 
 def rg_seconds(corpus: Path, pattern: str, *, regex: bool) -> float:
@@ -331,6 +342,11 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-grep"))
     parser.add_argument("--literals", type=int, default=200)
     parser.add_argument("--regexes", type=int, default=50)
+    parser.add_argument(
+        "--broad-regexes",
+        type=int,
+        help="regexes matching any number of lines, checked (default: --regexes)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--sample-files", type=int, default=300, help="files the patterns are cut from"
@@ -385,7 +401,11 @@ def main() -> int:
         }
     literals = sample_literals(files, corpus, args.literals, seed=35)
     regexes = sample_regexes(files, corpus, args.regexes, seed=36, selective=True)
-    broad = sample_regexes(files, corpus, args.regexes, seed=37, selective=False)
+    broad_count = args.regexes if args.broad_regexes is None else args.broad_regexes
+    broad = sample_regexes(files, corpus, broad_count, seed=37, selective=False)
+    print(
+        f"sampled {len(literals)} literals, {len(regexes)} + {len(broad)} regexes", file=sys.stderr
+    )
     db = args.workdir / "with.db"
     cases = (False,) if args.insensitive_only else (False, True)
     out.update(asyncio.run(measure(corpus, db, literals, regexes, broad, args.rounds, cases)))
