@@ -75,6 +75,11 @@ def indexed_paths(db: Path) -> list[str]:
     return paths
 
 
+TEMPLATE_MISSES = 3
+"""Unselective regexes of one template in a row after which the sampler takes the next
+(on 100k generated files an alternation of two common words never matches ≤ 100 lines)."""
+
+
 def text_files(corpus: Path, paths: list[str], count: int, seed: int) -> dict[str, list[str]]:
     """``count`` of the indexed files, drawn at random: stored path → lines, as the
     indexer reads them. Patterns are sampled from these; rg counts their matches over
@@ -183,6 +188,7 @@ def sample_regexes(
     rng = random.Random(seed)
     paths = sorted(files)
     found: list[str] = []
+    skipped, misses = 0, 0  # templates given up on; misses of the current one in a row
     for _ in range(count * 100):
         if len(found) >= count:
             break
@@ -190,12 +196,16 @@ def sample_regexes(
         if len(words) < 2:
             continue
         a, b = rng.choice(words), rng.choice(words)
-        template = REGEX_TEMPLATES[len(found) % len(REGEX_TEMPLATES)]
+        if misses >= TEMPLATE_MISSES:
+            skipped, misses = skipped + 1, 0
+        template = REGEX_TEMPLATES[(len(found) + skipped) % len(REGEX_TEMPLATES)]
         pattern = template.format(a=a, b=b, a1=a[1:])
         if pattern in found:
             continue
         if selective and rg_line_count(corpus, pattern) > 100:
+            misses += 1
             continue
+        misses = 0
         found.append(pattern)
     return found
 
