@@ -4,9 +4,11 @@ Indexes the corpus in-process (hash embedder), alternately as shipped and with t
 rows (rifflux.store.grep_text) switched off, ``--index-runs`` times each, and reports for
 the run of least CPU of each the full-index wall and CPU time, the database bytes after
 a WAL checkpoint, their ratio to the corpus text bytes and the bytes of the grep tables.
-Then samples patterns from the corpus text (seeded): literals of 6 to 24 characters
-matching at most 100 lines (selective), regexes with a required literal matching at most
-100 lines, and as many regexes matching any number of lines (checked, not timed); times
+Then samples patterns (seeded) from the text of ``--sample-files`` random files, counting
+their matches over the whole corpus with rg (one ``--only-matching`` run for every
+literal candidate): literals of 6 to 24 characters matching at most 100 lines
+(selective), regexes with a required literal matching at most 100 lines, and as many
+regexes matching any number of lines (checked, not timed); times
 each ``grep_rifflux`` call through a stdio MCP session against ``rg`` over the same files
 (``--fixed-strings`` for the literals; both case-insensitive, grep_rifflux's default;
 warm page cache: every command runs once before timing), and checks that both report the
@@ -17,6 +19,9 @@ on PATH (Debian: ``apt-get install ripgrep``).
         --corpus ../shared/corpora/awesome-copilot --workdir /tmp/bench-grep --out grep.json
     nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --generate 10000 \\
         --workdir /tmp/bench-grep-10k --literals 50 --regexes 20 --out grep-10k.json
+    nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --generate 100000 \\
+        --workdir /tmp/bench-grep-100k --reuse-index --literals 50 --regexes 20 \\
+        --rounds 1 --insensitive-only --out grep-100k.json
 """
 
 from __future__ import annotations
@@ -62,13 +67,25 @@ REGEX_TEMPLATES = (
 )
 
 
-def text_files(corpus: Path, db: Path) -> dict[str, list[str]]:
-    """The indexed files (stored path → lines, as the indexer reads them)."""
+def indexed_paths(db: Path) -> list[str]:
+    """The stored paths of the indexed files."""
     conn = sqlite3.connect(db)
     paths = [str(r[0]) for r in conn.execute("SELECT path FROM files ORDER BY path")]
     conn.close()
+    return paths
+
+
+TEMPLATE_MISSES = 3
+"""Unselective regexes of one template in a row after which the sampler takes the next
+(on 100k generated files an alternation of two common words never matches ≤ 100 lines)."""
+
+
+def text_files(corpus: Path, paths: list[str], count: int, seed: int) -> dict[str, list[str]]:
+    """``count`` of the indexed files, drawn at random: stored path → lines, as the
+    indexer reads them. Patterns are sampled from these; rg counts their matches over
+    every file (reading the whole corpus into Python would not fit a 100k-file run)."""
     files = {}
-    for path in paths:
+    for path in sorted(random.Random(seed).sample(paths, min(count, len(paths)))):
         text = (corpus / path).read_bytes().decode("utf-8", "replace").removeprefix("\ufeff")
         text = re.sub(r"\r\n?", "\n", text)
         lines = text.split("\n")
@@ -119,12 +136,16 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**min(runs, key=lambda r: r["index_cpu_s"]), "runs": len(runs)}
 
 
-def sample_literals(files: dict[str, list[str]], count: int, seed: int) -> list[str]:
+def sample_literals(files: dict[str, list[str]], corpus: Path, count: int, seed: int) -> list[str]:
+    """Literals of 6 to 24 characters cut from the sampled files' lines, each matching
+    at most 100 lines of the corpus, case aside (selective): candidates counted by one
+    ``rg --only-matching`` over every file."""
     rng = random.Random(seed)
-    lowered = "\n".join(line.lower() for lines in files.values() for line in lines)
     paths = sorted(files)
-    found: list[str] = []
-    while len(found) < count:
+    candidates: list[str] = []
+    for _ in range(count * 100):
+        if len(candidates) >= 4 * count:
+            break
         lines = [line for line in files[rng.choice(paths)] if len(line.strip()) >= 12]
         if not lines:
             continue
@@ -132,11 +153,31 @@ def sample_literals(files: dict[str, list[str]], count: int, seed: int) -> list[
         size = rng.randint(6, 24)
         start = rng.randrange(0, max(1, len(line) - size))
         literal = line[start : start + size]
-        if len(literal) < 6 or not literal.strip() or literal in found:
+        if len(literal) < 6 or not literal.strip() or literal in candidates:
             continue
-        if lowered.count(literal.lower()) <= 100:  # at most 100 occurrences: selective
-            found.append(literal)
-    return found
+        candidates.append(literal)
+    lines_of = rg_lines_per_literal(corpus, candidates)
+    return [c for c in candidates if lines_of.get(c.lower(), 0) <= 100][:count]
+
+
+def rg_lines_per_literal(corpus: Path, literals: list[str]) -> dict[str, int]:
+    """Matching lines of each literal (lower-cased) over the corpus, case aside, from one
+    rg run reporting each match (a literal hidden behind another matching at the same
+    place is undercounted: the check against rg per pattern is exact)."""
+    patterns = corpus.parent / f".{corpus.name}-literals.txt"
+    patterns.write_text("".join(literal + "\n" for literal in literals))
+    try:
+        args = [*RG, "--fixed-strings", "--ignore-case", "--only-matching", "-f", str(patterns)]
+        out = subprocess.run(
+            [*args, "."], cwd=corpus, capture_output=True, check=False
+        ).stdout.decode("utf-8", "replace")
+    finally:
+        patterns.unlink()
+    seen: dict[str, set[str]] = {}
+    for row in out.splitlines():
+        path, number, text = row.split(":", 2)
+        seen.setdefault(text.lower(), set()).add(path + ":" + number)
+    return {text: len(where) for text, where in seen.items()}
 
 
 def sample_regexes(
@@ -147,24 +188,34 @@ def sample_regexes(
     rng = random.Random(seed)
     paths = sorted(files)
     found: list[str] = []
-    while len(found) < count:
+    skipped, misses = 0, 0  # templates given up on; misses of the current one in a row
+    for _ in range(count * 100):
+        if len(found) >= count:
+            break
         words = [w for line in files[rng.choice(paths)] for w in re.findall("[A-Za-z]{5,}", line)]
         if len(words) < 2:
             continue
         a, b = rng.choice(words), rng.choice(words)
-        template = REGEX_TEMPLATES[len(found) % len(REGEX_TEMPLATES)]
+        if misses >= TEMPLATE_MISSES:
+            skipped, misses = skipped + 1, 0
+        template = REGEX_TEMPLATES[(len(found) + skipped) % len(REGEX_TEMPLATES)]
         pattern = template.format(a=a, b=b, a1=a[1:])
         if pattern in found:
             continue
-        if selective and len(rg_lines(corpus, pattern, regex=True, case_sensitive=False)) > 100:
+        if selective and rg_line_count(corpus, pattern) > 100:
+            misses += 1
             continue
+        misses = 0
         found.append(pattern)
     return found
 
 
+RG = ["rg", "--no-config", "--no-ignore", "--hidden", "-g", "*.md", "--line-number"]
+RG += ["--no-heading", "--with-filename", "--color", "never", "--no-messages"]
+
+
 def rg_lines(corpus: Path, pattern: str, *, regex: bool, case_sensitive: bool) -> list[list[Any]]:
-    args = ["rg", "--no-config", "--no-ignore", "--hidden", "-g", "*.md", "--line-number"]
-    args += ["--no-heading", "--with-filename", "--color", "never", "--no-messages"]
+    args = list(RG)
     args += [] if regex else ["--fixed-strings"]
     args += [] if case_sensitive else ["--ignore-case"]
     out = subprocess.run(
@@ -175,6 +226,17 @@ def rg_lines(corpus: Path, pattern: str, *, regex: bool, case_sensitive: bool) -
         path, number, _ = line.split(":", 2)
         pairs.append([path.removeprefix("./"), int(number)])
     return sorted(pairs)
+
+
+def rg_line_count(corpus: Path, pattern: str) -> int:
+    """Lines matching the regex ``pattern`` over the corpus, case aside (rg --count)."""
+    out = subprocess.run(
+        [*RG, "--count", "--ignore-case", "-e", pattern, "."],
+        cwd=corpus,
+        capture_output=True,
+        check=False,
+    ).stdout.decode("utf-8", "replace")
+    return sum(int(row.rsplit(":", 1)[1]) for row in out.splitlines())
 
 
 def rg_seconds(corpus: Path, pattern: str, *, regex: bool) -> float:
@@ -197,6 +259,7 @@ async def measure(
     regexes: list[str],
     broad: list[str],
     rounds: int,
+    cases: tuple[bool, ...] = (False, True),
 ) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
     env.update(
@@ -225,7 +288,7 @@ async def measure(
         mismatches = []
         for regex, patterns in ((False, literals), (True, regexes), (True, broad)):
             for pattern in patterns:
-                for case_sensitive in (False, True):
+                for case_sensitive in cases:
                     got = await call(pattern, regex=regex, case_sensitive=case_sensitive)
                     mine = sorted([m["path"], m["line"]] for m in got["matches"])
                     theirs = rg_lines(corpus, pattern, regex=regex, case_sensitive=case_sensitive)
@@ -241,7 +304,7 @@ async def measure(
                                 "rg": len(theirs),
                             }
                         )
-        out["checked_patterns"] = 2 * (len(literals) + len(regexes) + len(broad))
+        out["checked_patterns"] = len(cases) * (len(literals) + len(regexes) + len(broad))
         out["mismatches"] = mismatches
         # Latency, warm: each command once first, then ``rounds`` timed runs of each.
         for name, regex, patterns in (
@@ -289,7 +352,20 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-grep"))
     parser.add_argument("--literals", type=int, default=200)
     parser.add_argument("--regexes", type=int, default=50)
+    parser.add_argument(
+        "--broad-regexes",
+        type=int,
+        help="regexes matching any number of lines, checked (default: --regexes)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--sample-files", type=int, default=300, help="files the patterns are cut from"
+    )
+    parser.add_argument(
+        "--insensitive-only",
+        action="store_true",
+        help="check the lines against rg case-insensitively only (half the rg runs)",
+    )
     parser.add_argument("--index-runs", type=int, default=2, help="index runs per variant")
     parser.add_argument(
         "--reuse-index", action="store_true", help="search WORKDIR/with.db as it is"
@@ -322,9 +398,10 @@ def main() -> int:
         out["index"] = "not measured (--reuse-index)"
     else:
         without, with_grep = best_of(runs[False]), best_of(runs[True])
-    files = text_files(corpus, args.workdir / "with.db")
-    text_bytes = sum((corpus / p).stat().st_size for p in files)
-    out["files"], out["text_bytes"] = len(files), text_bytes
+    paths = indexed_paths(args.workdir / "with.db")
+    text_bytes = sum((corpus / p).stat().st_size for p in paths)
+    out["files"], out["text_bytes"] = len(paths), text_bytes
+    files = text_files(corpus, paths, args.sample_files, seed=34)
     if not args.reuse_index:
         out["index"] = {
             "without_grep": {**without, "ratio": round(without["db_bytes"] / text_bytes, 2)},
@@ -332,11 +409,16 @@ def main() -> int:
             "grep_tables_per_text_byte": round(with_grep["grep_bytes"] / text_bytes, 2),
             "index_cpu_increase": round(with_grep["index_cpu_s"] / without["index_cpu_s"] - 1, 3),
         }
-    literals = sample_literals(files, args.literals, seed=35)
+    literals = sample_literals(files, corpus, args.literals, seed=35)
     regexes = sample_regexes(files, corpus, args.regexes, seed=36, selective=True)
-    broad = sample_regexes(files, corpus, args.regexes, seed=37, selective=False)
+    broad_count = args.regexes if args.broad_regexes is None else args.broad_regexes
+    broad = sample_regexes(files, corpus, broad_count, seed=37, selective=False)
+    print(
+        f"sampled {len(literals)} literals, {len(regexes)} + {len(broad)} regexes", file=sys.stderr
+    )
     db = args.workdir / "with.db"
-    out.update(asyncio.run(measure(corpus, db, literals, regexes, broad, args.rounds)))
+    cases = (False,) if args.insensitive_only else (False, True)
+    out.update(asyncio.run(measure(corpus, db, literals, regexes, broad, args.rounds, cases)))
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

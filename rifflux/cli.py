@@ -190,7 +190,10 @@ def add_grep_parser(sub: Any) -> None:
         help=f"the most matching lines to print (default: {DEFAULT_MAX_MATCHES})",
     )
     grep.add_argument(
-        "--max-tokens", type=as_integer, metavar="N", help="token budget for the matches"
+        "--max-tokens",
+        type=as_integer,
+        metavar="N",
+        help="token budget of the whole answer (the object --json prints)",
     )
     _common_db(grep)
     grep.add_argument("--json", action="store_true", help="print the MCP tool's JSON object")

@@ -22,6 +22,7 @@ from rifflux.index.changes import FileWork
 from rifflux.index.chunker import chunk_document, chunk_id_for
 from rifflux.index.frontmatter import normalize_text, split_front_matter
 from rifflux.index.kinds import classify
+from rifflux.store import grep_text
 from rifflux.store.rows import PreparedChunk, PreparedFile, headings_json
 
 
@@ -44,6 +45,7 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
     """The file's chunks, without its front matter, its knowledge row, and its whole text
     (front matter included) with each chunk's first line, for grep."""
     front = split_front_matter(work.text, work.rel_path)
+    text = normalize_text(work.text)
     parts = chunk_document(
         front.body, work.rel_path, max_chars=max_chars, min_chars=min_chars, title=front.title
     )
@@ -66,7 +68,8 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
         chunks,
         knowledge=classify(work.rel_path, front, [chunk.content for chunk in parts]),
         front_matter_problem=front.problem,
-        text=normalize_text(work.text),
+        text=text,
+        text_blob=grep_text.compress(text),
         chunk_lines=chunk_lines(front.body, [chunk.start for chunk in parts]),
     )
 

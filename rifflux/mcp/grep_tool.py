@@ -15,9 +15,10 @@ from typing import Any
 
 from rifflux.mcp.tools import ToolContext
 from rifflux.search import retrieval
-from rifflux.search.budget import response_tokens, within_limit
+from rifflux.search.budget import within_limit
 from rifflux.search.grep import (
     GrepRequest,
+    fit_matches,
     grep,
 )
 
@@ -37,23 +38,5 @@ def grep_rifflux(
     with deadline.guarding(conn):
         response = grep(conn, request, deadline, served.admitting(retrieval.placer(conn)))
     if request.max_tokens is not None:
-        return response
+        return response  # fitted to it by grep
     return within_limit(response, ctx.settings.max_response_tokens, fit_matches)
-
-
-def fit_matches(response: dict[str, Any], limit: int) -> dict[str, Any]:
-    """``response`` with the longest prefix of its matches whose whole answer is at most
-    ``limit`` estimated tokens, marked ``truncated``: the server's default budget."""
-
-    def first(count: int) -> dict[str, Any]:
-        return {**response, "count": count, "truncated": True, "matches": matches[:count]}
-
-    matches = response["matches"]
-    low, high = 0, len(matches)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if response_tokens(first(middle)) <= limit:
-            low = middle
-        else:
-            high = middle - 1
-    return first(low)

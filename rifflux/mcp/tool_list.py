@@ -422,7 +422,7 @@ def register_tools(server: MCPServer, ctx: ToolContext) -> None:
             Any,
             LOOSE_INTEGER,
             BUDGET,
-            Field(description="Token budget of the matches (default: the server's limit)."),
+            Field(description="Token budget of the whole answer (default: the server's limit)."),
         ] = None,
         context: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:

@@ -24,10 +24,12 @@ Invariants:
 * The plan only ever widens the candidates: a planner that cannot read a pattern
   (RE2-only syntax such as ``[[:alpha:]]`` or ``\\pL``) plans no literal and scans.
   Results are exact whatever the plan: every candidate is verified.
-* Output is bounded: ``max_matches`` entries, ``max_tokens`` of estimated tokens (entries
-  in order while they fit), ``MAX_RESPONSE_CHARS`` of lines in all, lines cut to
-  ``MAX_LINE_CHARS``; ``truncated`` says more matching lines exist (or may: the deadline
-  stopped the search).
+* Output is bounded: ``max_matches`` entries, ``MAX_RESPONSE_CHARS`` of lines in all,
+  lines cut to ``MAX_LINE_CHARS``, and a given ``max_tokens`` is the size of the whole
+  answer as sent (rifflux.search.budget's :func:`response_tokens`, keys and echoed
+  pattern included): the longest prefix of the matches that keeps it within
+  (:func:`fit_matches`). ``truncated`` says more matching lines exist (or may: the
+  deadline stopped the search).
 * Entries come in path order, then line order; ``admit`` (the caller's allowed roots and
   deny list) leaves out a file before any of its lines is counted.
 """
@@ -48,7 +50,7 @@ from typing import Any, NamedTuple
 import re2
 
 from rifflux.errors import InvalidQueryError, RiffluxError
-from rifflux.search.budget import estimate_tokens
+from rifflux.search.budget import response_tokens, within_limit
 from rifflux.search.deadline import Deadline
 from rifflux.search.globs import GlobMatcher, compile_glob
 from rifflux.search.request import check_max_tokens, check_path_glob
@@ -71,6 +73,9 @@ WINDOW_BYTES = 1 << 20
 """Bytes of whole lines RE2 searches between two deadline checks (~1 ms of DFA search)."""
 ENTRY_OVERHEAD_CHARS = 150
 """An entry's keys, numbers, chunk id and breadcrumb, counted towards the response size."""
+JOIN_SAVING_TOKENS = 2
+"""At most this many fewer tokens an entry costs inside the answer than on its own: the
+punctuation runs at its two ends may merge with the ``,``/``[``/``]`` around it."""
 MAX_EXACT = 16
 """The most strings the planner tracks for what a piece of a regex matches exactly."""
 MAX_CLASS_CHARS = 8
@@ -390,15 +395,30 @@ class Matcher:
     ) -> Iterator[tuple[int, int]]:
         """``(line start, match start)`` byte offsets, one per matching line, in order.
         ``check`` is called between windows; it returns True to stop. ``folds``: the text
-        may hold a character that matches an ASCII letter ignoring case (:class:`Text`)."""
+        may hold a character that matches an ASCII letter ignoring case (:class:`Text`).
+
+        The first match is found by RE2 over the whole text (in windows): a candidate
+        without one, most of a regex's candidates, costs one search in C and no line
+        work. The lines after it are found by the literal prefilter when there is one."""
         if self.needle is not None:
             yield from self._needle_hits(data, self.needle)
             return
-        if self.literals is not None and not folds:
-            yield from self._prefiltered_hits(data, self.literals, check)
-            return
+        hit = self._next_hit(data, 0, check)
+        prefilter = self.literals is not None and not folds
+        while hit is not None:
+            yield hit
+            newline = data.find(b"\n", hit[1])
+            if newline < 0:
+                return
+            if prefilter and self.literals is not None:
+                yield from self._prefiltered_hits(data, self.literals, check, newline + 1)
+                return
+            hit = self._next_hit(data, newline + 1, check)
+
+    def _next_hit(self, data: bytes, pos: int, check: Callable[[], bool]) -> tuple[int, int] | None:
+        """The first matching line at or after ``pos`` (a line start): RE2 over windows of
+        whole lines of ``WINDOW_BYTES``, ``check`` between them; None: no more, or stop."""
         size = len(data)
-        pos = 0
         while pos < size:
             cut = data.find(b"\n", min(pos + WINDOW_BYTES, size))
             end = size if cut < 0 else cut + 1
@@ -407,26 +427,24 @@ class Matcher:
             if start < 0 or (start >= end and end < size):
                 pos = end  # none in this window (a match at its end is the next line's)
                 if check():
-                    return
+                    return None
                 continue
             if start >= size and (size == 0 or data[size - 1] == 0x0A):
-                return  # the empty "line" after the final newline is not a line
-            yield data.rfind(b"\n", 0, start) + 1, start
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                return
-            pos = newline + 1
+                return None  # the empty "line" after the final newline is not a line
+            return data.rfind(b"\n", 0, start) + 1, start
+        return None
 
     def _prefiltered_hits(
-        self, data: bytes, literals: Sequence[bytes], check: Callable[[], bool]
+        self, data: bytes, literals: Sequence[bytes], check: Callable[[], bool], begin: int
     ) -> Iterator[tuple[int, int]]:
-        """:meth:`hits` with RE2 run only on the lines holding one of ``literals`` (ASCII,
-        lower case), found in the text lowered (ASCII) by ``bytes.find``: ripgrep's
-        literal prefilter, several times faster than RE2 over every byte."""
+        """:meth:`hits` from the line starting at ``begin`` with RE2 run only on the lines
+        holding one of ``literals`` (ASCII, lower case), found in the text lowered (ASCII)
+        by ``bytes.find``: ripgrep's literal prefilter, several times faster than RE2
+        restarted at every matching line."""
         lowered = data.lower()
         starts: set[int] = set()
         for literal in literals:
-            pos = lowered.find(literal)
+            pos = lowered.find(literal, begin)
             while pos >= 0:
                 line_start = data.rfind(b"\n", 0, pos) + 1
                 starts.add(line_start)
@@ -636,7 +654,28 @@ def grep(
             "matches in later files may be missing: narrow the pattern or path_glob"
         )
     response["matches"] = found.matches
-    return response
+    if request.max_tokens is None:
+        return response
+    return within_limit(response, request.max_tokens, fit_matches)
+
+
+def fit_matches(response: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``response`` with the longest prefix of its matches whose whole answer, as sent, is
+    at most ``limit`` estimated tokens, marked ``truncated`` (a given ``max_tokens``, or
+    the server's default budget)."""
+
+    def first(count: int) -> dict[str, Any]:
+        return {**response, "count": count, "truncated": True, "matches": matches[:count]}
+
+    matches = response["matches"]
+    low, high = 0, len(matches)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if response_tokens(first(middle)) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return first(low)
 
 
 def _collect(
@@ -683,11 +722,12 @@ def _collect(
                 out.truncated = True
                 return out
             if request.max_tokens is not None:
-                cost = _tokens(entry)
-                if out.tokens + cost > request.max_tokens:
+                # A lower bound of what the entry adds to the answer: once they pass
+                # max_tokens, no further entry can be kept (fit_matches cuts the rest).
+                out.tokens += response_tokens(entry) - JOIN_SAVING_TOKENS
+                if out.tokens > request.max_tokens:
                     out.truncated = True
                     return out
-                out.tokens += cost
             out.matches.append(entry)
         if deadline.expired():
             out.stopped = out.truncated = True
@@ -764,8 +804,3 @@ def _heading_at(offset: int, content: str, headings: str, heading_path: str) -> 
 def _chars(entry: dict[str, Any]) -> int:
     lines = [entry["text"], *entry["before"], *entry["after"]]
     return len(entry["path"]) + sum(len(line) + 4 for line in lines) + ENTRY_OVERHEAD_CHARS
-
-
-def _tokens(entry: dict[str, Any]) -> int:
-    texts = [entry["path"], entry["text"], *entry["before"], *entry["after"]]
-    return sum(estimate_tokens(text) for text in texts)

@@ -15,7 +15,7 @@ Tables (schema.py's ``GREP_SQL``, added to older indexes through ``ADDED_TABLES`
 Invariants:
 
 * The writer replaces a file's row and its trigram row in the transaction that replaces
-  its chunks (:func:`write_file`), and removes both before it deletes the file
+  its chunks (:func:`write_files`), and removes both before it deletes the file
   (:func:`forget_files`): a contentless table can only unlearn a row given the very text
   it was told, which is the stored text. A file is grep-able exactly when its chunks are
   keyword-searchable.
@@ -34,6 +34,7 @@ import json
 import sqlite3
 import zlib
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from rifflux.store.schema import GREP_TABLE, TRIGRAM_TABLE, has_schema_object
 
@@ -63,28 +64,59 @@ def _forget(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes]]) -> None
     )
 
 
-def write_file(
-    conn: sqlite3.Connection, file_id: int, sha256: str, text: str, chunk_lines: Sequence[int]
-) -> None:
-    """Replace a file's text and trigram rows (inside the transaction writing its chunks)."""
-    old = conn.execute(
-        f"SELECT id, text FROM {GREP_TABLE} WHERE file_id = ?", (file_id,)
-    ).fetchone()
-    lines = json.dumps(list(chunk_lines), separators=(",", ":"))
-    if old is None:
-        row_id = conn.execute(
-            f"INSERT INTO {GREP_TABLE}(file_id, sha256, text, chunk_lines) VALUES (?, ?, ?, ?) "
-            "RETURNING id",
-            (file_id, sha256, compress(text), lines),
-        ).fetchone()[0]
-    else:
-        row_id = int(old[0])
-        _forget(conn, [(row_id, old[1])])
-        conn.execute(
-            f"UPDATE {GREP_TABLE} SET sha256 = ?, text = ?, chunk_lines = ? WHERE id = ?",
-            (sha256, compress(text), lines, row_id),
+class TextRow(NamedTuple):
+    """One file's grep rows to write: its text, that text compressed (:func:`compress`,
+    made ahead by the caller, outside the write lock) and its chunks' first lines."""
+
+    file_id: int
+    sha256: str
+    text: str
+    blob: bytes
+    chunk_lines: Sequence[int]
+
+
+def write_files(conn: sqlite3.Connection, files: Sequence[TextRow]) -> None:
+    """Replace the text and trigram rows of ``files`` (inside the transaction writing
+    their chunks, after every other statement of it).
+
+    Every trigram change goes in last and together, the old rows' ``'delete'`` commands
+    then the new rows by ascending rowid: SQLite's FTS5 writes its pending postings as a
+    new segment whenever another statement opens a savepoint (a multi-row DELETE does)
+    and whenever a rowid is not above the last one written, so a trigram row written per
+    file between the other rows of a batch became a segment per file, which automerge
+    then merged over and over (most of the index time the table cost)."""
+    if not files:
+        return
+    file_ids = json.dumps([f.file_id for f in files])
+    old = {
+        int(file_id): (int(row_id), blob)
+        for file_id, row_id, blob in conn.execute(
+            f"SELECT file_id, id, text FROM {GREP_TABLE} "
+            "WHERE file_id IN (SELECT value FROM json_each(?))",
+            (file_ids,),
         )
-    conn.execute(f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) VALUES (?, ?)", (row_id, text))
+    }
+    trigram_rows: list[tuple[int, str]] = []
+    for f in files:
+        lines = json.dumps(list(f.chunk_lines), separators=(",", ":"))
+        blob = f.blob or compress(f.text)
+        if f.file_id in old:
+            row_id = old[f.file_id][0]
+            conn.execute(
+                f"UPDATE {GREP_TABLE} SET sha256 = ?, text = ?, chunk_lines = ? WHERE id = ?",
+                (f.sha256, blob, lines, row_id),
+            )
+        else:
+            row_id = conn.execute(
+                f"INSERT INTO {GREP_TABLE}(file_id, sha256, text, chunk_lines) "
+                "VALUES (?, ?, ?, ?) RETURNING id",
+                (f.file_id, f.sha256, blob, lines),
+            ).fetchone()[0]
+        trigram_rows.append((int(row_id), f.text))
+    _forget(conn, sorted(old.values()))
+    conn.executemany(
+        f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) VALUES (?, ?)", sorted(trigram_rows)
+    )
 
 
 def forget_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:

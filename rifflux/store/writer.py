@@ -160,12 +160,19 @@ class IndexWriter(IndexReader):
                 [value for row in part for value in row],
             )
         with_text = grep_text.has_grep(conn)
+        text_rows: list[grep_text.TextRow] = []
         for file_id, prepared in zip(file_ids, files, strict=True):
             if prepared.knowledge is not None:
                 knowledge.write_file(conn, file_id, prepared.knowledge)
             if with_text and prepared.text is not None:
-                grep_text.write_file(
-                    conn, file_id, prepared.sha256, prepared.text, prepared.chunk_lines
+                text_rows.append(
+                    grep_text.TextRow(
+                        file_id,
+                        prepared.sha256,
+                        prepared.text,
+                        prepared.text_blob,
+                        prepared.chunk_lines,
+                    )
                 )
             # Most files have no CJK text: one regex scan per chunk, and no read back.
             if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in prepared.chunks):
@@ -185,6 +192,7 @@ class IndexWriter(IndexReader):
         if reusable:
             self._record_model(model, next(iter(reusable.values()))[0])
         self.bump_generation()
+        grep_text.write_files(conn, text_rows)  # last: its FTS5 rows in one segment
         return stats
 
     def write_vectors(self, model: str, dim: int, vectors: Mapping[str, np.ndarray]) -> int:

@@ -177,6 +177,7 @@ async def test_worst_case_greps_are_bounded_and_another_client_stays_served(
     assert 0 < every_line["count"] < 1000 and every_line["truncated"] is True
     assert all(len(m["before"]) <= 10 for m in every_line["matches"])
     assert budgeted["truncated"] is True and 0 < budgeted["count"] < 1000
+    assert response_tokens(budgeted) <= WORST_CASES[1]["max_tokens"]
     assert catastrophic["count"] == 0 and catastrophic["scanned"] is True
     assert 0 < nested["count"] <= 1000 and nested["truncated"] is True
     assert huge["count"] == 0

@@ -21,6 +21,7 @@ from rifflux_testing import AWESOME_COPILOT, make_settings
 from rifflux.config import Settings
 from rifflux.errors import InvalidQueryError, RiffluxError
 from rifflux.index.indexer import Indexer
+from rifflux.search.budget import response_tokens
 from rifflux.search.deadline import Deadline
 from rifflux.search.grep import (
     ENTRY_OVERHEAD_CHARS,
@@ -248,6 +249,27 @@ def test_max_matches_and_max_tokens_bound_the_output(indexed: tuple[Settings, di
     assert budgeted["truncated"] is True and 0 < budgeted["count"] < 1000
     wanted = reference(files, "e", regex=False, case_sensitive=False)
     assert [r[:3] for r in rows(budgeted)] == [r[:3] for r in wanted[: budgeted["count"]]]
+
+
+@pytest.mark.parametrize("max_tokens", [50, 200, 1000, 5000])
+def test_max_tokens_is_the_size_of_the_whole_answer(
+    indexed: tuple[Settings, dict], max_tokens: int
+) -> None:
+    """As search_rifflux's: the answer as sent (keys, echoed pattern, context lines) is
+    within max_tokens, and holds the most matches that keep it so."""
+    settings, _files = indexed
+    options: dict[str, Any] = {"max_matches": 1000, "context_lines": 2}
+    budgeted = run_grep(settings, "the", max_tokens=max_tokens, **options)
+    assert budgeted["truncated"] is True
+    assert response_tokens(budgeted) <= max_tokens
+    whole = run_grep(settings, "the", **options)
+    one_more = {
+        **budgeted,
+        "count": budgeted["count"] + 1,
+        "matches": whole["matches"][: budgeted["count"] + 1],
+    }
+    assert budgeted["matches"] == whole["matches"][: budgeted["count"]]
+    assert response_tokens(one_more) > max_tokens
 
 
 def test_catastrophic_regexes_answer(indexed: tuple[Settings, dict], tmp_path: Path) -> None:
