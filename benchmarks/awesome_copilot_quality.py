@@ -445,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend == "onnx":
         inner = OnnxEmbedder()
     elif args.backend == "torch":
-        inner = TorchEmbedder("cpu", batch_size=32, token_budget=4096)
+        inner = TorchEmbedder("cpu", batch_size=32, token_budget=256, threads=1)
     embedder = CachedEmbedder(inner, args.cache_dir / "vectors.sqlite")
     emit_machine(
         corpus=str(args.corpus),

@@ -377,9 +377,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     S(
         "ONNX_THREADS", "onnx_threads", "int ≥ 0", _non_negative_int,
-        "onnxruntime intra-op threads per process. `0`: a pool's worker processes share "
-        "the CPUs evenly, and a search's query embedder takes one thread (a query is one "
-        "short text, which one thread embeds fastest).",
+        "onnxruntime (and the CPU torch embedder's) intra-op threads per process. `0`: a "
+        "pool's worker processes share the CPUs evenly, and a search's query embedder "
+        "takes one thread (a query is one short text, which one thread embeds fastest).",
         default="`0`: CPUs ÷ worker processes; 1 for the server's query embedder",
     ),
     S(
