@@ -31,7 +31,7 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -113,20 +113,28 @@ def memory_status() -> dict[str, int]:
     return found
 
 
+def peak_resident_bytes() -> int:
+    """This process's peak resident memory so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 class PeakMemoryMiddleware(Middleware):
     """Logs ``worker.peak_rss`` with the message's actor whenever the process's peak
     resident memory has grown by :data:`PEAK_STEP_BYTES` since the last report, so a
     worker's peak is traced to the step that made it (one ``getrusage`` a message)."""
 
-    def __init__(self, step_bytes: int = PEAK_STEP_BYTES) -> None:
+    def __init__(
+        self, step_bytes: int = PEAK_STEP_BYTES, peak_bytes: Callable[[], int] | None = None
+    ) -> None:
         self.step_bytes = step_bytes
+        self.peak_bytes = peak_bytes or peak_resident_bytes
         self.reported = 0
         self._lock = threading.Lock()
 
     def after_process_message(
         self, broker: dramatiq.Broker, message: Any, *, result: Any = None, exception: Any = None
     ) -> None:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = self.peak_bytes()
         with self._lock:
             if peak < self.reported + self.step_bytes:
                 return
