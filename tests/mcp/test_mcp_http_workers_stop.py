@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -75,6 +76,9 @@ def ctrl_c_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        # The supervisor's Events started multiprocessing's resource tracker in this
+        # process; it would outlive the test run by a moment.
+        resource_tracker._resource_tracker._stop()
 
 
 @pytest.mark.parametrize("taken_by", ["the starting thread", "another thread"])
