@@ -108,6 +108,20 @@ def token_batches(lengths: Sequence[int], batch_size: int, token_budget: int) ->
         start = end
 
 
+def batches_by_length(
+    tokenizer: Any, texts: Sequence[str], batch_size: int, token_budget: int
+) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    """``texts`` tokenized and cut into :func:`token_batches` by ascending length: yields
+    each batch's positions in ``texts`` and its token ids."""
+    # Keep only the token ids: the Encoding objects (tokens, offsets, ...) are larger.
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
+    order = np.argsort([len(row) for row in ids], kind="stable")
+    lengths = [len(ids[i]) for i in order]
+    for batch in token_batches(lengths, batch_size, token_budget):
+        rows = order[batch]
+        yield rows, [ids[i] for i in rows]
+
+
 class OnnxEmbedder:
     """MiniLM sentence embeddings (384 dimensions). Label ``onnx:all-MiniLM-L6-v2-int8``.
 
@@ -146,13 +160,8 @@ class OnnxEmbedder:
         if not texts:
             return out
         session, tokenizer = self._load()
-        # Keep only the token ids: the Encoding objects (tokens, offsets, ...) are larger.
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
-        order = np.argsort([len(row) for row in ids], kind="stable")
-        lengths = [len(ids[i]) for i in order]
-        for batch in token_batches(lengths, self.batch_size, self.token_budget):
-            rows = order[batch]
-            out[rows] = self._run(session, [ids[i] for i in rows])
+        for rows, ids in batches_by_length(tokenizer, texts, self.batch_size, self.token_budget):
+            out[rows] = self._run(session, ids)
         return out
 
     def count_tokens(self, texts: list[str]) -> list[int]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 MODEL_GRAPH = 7
 GRAPH_NODE, GRAPH_INITIALIZER = 1, 5
 NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE = 1, 2, 3, 4
-TENSOR_DIMS, TENSOR_NAME = 1, 8
+TENSOR_DIMS, TENSOR_DATA_TYPE, TENSOR_NAME, TENSOR_RAW_DATA = 1, 2, 8, 9
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
 Chunk = bytes | memoryview
@@ -65,7 +65,8 @@ def gather_before_dequantize(model: bytes) -> list[Chunk] | None:
         return None
     graph = list(_fields(graph_field.value))
     nodes = [_parse_node(f.value) for f in graph if f.number == GRAPH_NODE]
-    dims = dict(_initializer_dims(f.value) for f in graph if f.number == GRAPH_INITIALIZER)
+    tensors = (tensor_fields(f.value) for f in graph if f.number == GRAPH_INITIALIZER)
+    dims = {tensor.name: tensor.dims for tensor in tensors}
     lookups = _dequantized_lookups(nodes, dims)
     if not lookups:
         return None
@@ -166,9 +167,20 @@ def _encode_node(node: Node) -> bytes:
     return b"".join([*parts, *map(bytes, node.others)])
 
 
-def _initializer_dims(payload: memoryview | int) -> tuple[str, list[int]]:
+@dataclass(frozen=True, slots=True)
+class TensorFields:
+    """What an initializer (``TensorProto``) says of itself: its name, shape, data type
+    (``TensorProto.DataType``) and raw little-endian data, where it has any."""
+
+    name: str
+    dims: list[int]
+    data_type: int
+    raw_data: memoryview | None
+
+
+def tensor_fields(payload: memoryview | int) -> TensorFields:
     assert isinstance(payload, memoryview)
-    name, dims = "", []
+    name, dims, data_type, raw = "", [], 0, None
     for field in _fields(payload):
         if field.number == TENSOR_NAME:
             name = _text(field.value)
@@ -179,7 +191,11 @@ def _initializer_dims(payload: memoryview | int) -> tuple[str, list[int]]:
             while pos < len(packed):
                 value, pos = _read_varint(packed, pos)
                 dims.append(value)
-    return name, dims
+        elif field.number == TENSOR_DATA_TYPE and isinstance(field.value, int):
+            data_type = field.value
+        elif field.number == TENSOR_RAW_DATA and isinstance(field.value, memoryview):
+            raw = field.value
+    return TensorFields(name, dims, data_type, raw)
 
 
 def _fields(buf: memoryview | int) -> Iterator[Field]:

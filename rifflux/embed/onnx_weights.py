@@ -21,15 +21,12 @@ from rifflux.embed.onnx_graph import (
     GRAPH_INITIALIZER,
     GRAPH_NODE,
     MODEL_GRAPH,
-    TENSOR_DIMS,
-    TENSOR_NAME,
     Node,
     _fields,
     _parse_node,
-    _read_varint,
+    tensor_fields,
 )
 
-TENSOR_DATA_TYPE, TENSOR_RAW_DATA = 2, 9
 # onnx.TensorProto.DataType values this model uses.
 _DTYPES = {1: np.float32, 3: np.int8, 7: np.int64}
 EXPORT_PREFIX = "inner."
@@ -96,23 +93,8 @@ def dequantized_weights(model: bytes) -> dict[str, np.ndarray]:
 
 
 def _tensor(payload: memoryview | int) -> tuple[str, np.ndarray | None]:
-    assert isinstance(payload, memoryview)
-    name, dims, dtype, raw = "", [], 0, None
-    for field in _fields(payload):
-        if field.number == TENSOR_NAME:
-            name = bytes(field.value).decode("utf-8")
-        elif field.number == TENSOR_DIMS and isinstance(field.value, int):
-            dims.append(field.value)
-        elif field.number == TENSOR_DIMS and isinstance(field.value, memoryview):  # packed
-            packed, pos = field.value, 0
-            while pos < len(packed):
-                value, pos = _read_varint(packed, pos)
-                dims.append(value)
-        elif field.number == TENSOR_DATA_TYPE and isinstance(field.value, int):
-            dtype = field.value
-        elif field.number == TENSOR_RAW_DATA and isinstance(field.value, memoryview):
-            raw = field.value
-    if raw is None or dtype not in _DTYPES:
-        return name, None
-    array = np.frombuffer(raw, dtype=_DTYPES[dtype]).reshape(dims).copy()
-    return name, array
+    tensor = tensor_fields(payload)
+    if tensor.raw_data is None or tensor.data_type not in _DTYPES:
+        return tensor.name, None
+    array = np.frombuffer(tensor.raw_data, dtype=_DTYPES[tensor.data_type])
+    return tensor.name, array.reshape(tensor.dims).copy()

@@ -35,6 +35,7 @@ from rifflux.embed.onnx import (
     MODEL_NAME,
     ONNX_DIM,
     PAD_ID,
+    batches_by_length,
     onnx_unavailable_reason,
     token_batches,
     tokenizer_path,
@@ -141,11 +142,8 @@ class TorchEmbedder:
         if not texts:
             return out
         model, tokenizer = self._load()
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
-        order = np.argsort([len(row) for row in ids], kind="stable")
-        lengths = [len(ids[i]) for i in order]
-        batches = list(token_batches(lengths, self.batch_size, self.token_budget))
-        pending = [(order[b], model.embed([ids[i] for i in order[b]])) for b in batches]
+        batches = batches_by_length(tokenizer, texts, self.batch_size, self.token_budget)
+        pending = [(rows, model.embed(ids)) for rows, ids in batches]
         for rows, vectors in pending:
             out[rows] = vectors.cpu().numpy()
         return out
