@@ -4,27 +4,12 @@ exit codes without it, one-line errors."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from rifflux_testing import make_settings
+from test_cli import rifflux
 
 from rifflux.index.indexer import Indexer
-
-
-def rifflux(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RIFFLUX_", "RIFLUX_"))}
-    environ.update(RIFFLUX_EMBEDDING_BACKEND="hash")
-    return subprocess.run(
-        [sys.executable, "-m", "rifflux.cli", *args],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_grep_prints_lines_json_and_exit_codes(tmp_path: Path) -> None:

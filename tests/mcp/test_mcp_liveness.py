@@ -22,11 +22,10 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from http_support import wait_until_listening
+from http_support import HttpServer, start_http_server
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import IndexedTree, anyio_backend_fixture, server_command  # noqa: F401
-from rifflux_testing import free_port
 
 from rifflux.index.indexer import Indexer
 
@@ -58,22 +57,8 @@ def deep_tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
 
 
 @pytest.fixture(scope="module")
-def server_url(deep_tree: IndexedTree) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        server_command("--transport", "http", "--port", str(port)),
-        env=deep_tree.env(RIFFLUX_SEARCH_TIMEOUT_SECONDS=str(DEADLINE_S)),
-        cwd=deep_tree.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until_listening(proc, port)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def server(deep_tree: IndexedTree) -> Iterator[HttpServer]:
+    yield from start_http_server(deep_tree, RIFFLUX_SEARCH_TIMEOUT_SECONDS=str(DEADLINE_S))
 
 
 @asynccontextmanager
@@ -87,7 +72,8 @@ async def http_session(url: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
-async def test_other_sessions_answer_while_a_hostile_search_runs(server_url: str) -> None:
+async def test_other_sessions_answer_while_a_hostile_search_runs(server: HttpServer) -> None:
+    server_url = server.url
     hostile: dict[str, object] = {}
     timings: dict[str, float] = {}
 
