@@ -71,6 +71,7 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
         text=text,
         text_blob=grep_text.compress(text),
         chunk_lines=chunk_lines(front.body, [chunk.start for chunk in parts]),
+        block_starts=tuple(grep_text.block_starts(text)),
     )
 
 

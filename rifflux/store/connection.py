@@ -48,12 +48,13 @@ from rifflux.errors import (
     RiffluxError,
     SchemaVersionError,
 )
-from rifflux.store import cjk, faults, paths
+from rifflux.store import cjk, faults, grep_text, paths
 from rifflux.store.peek import peek
 from rifflux.store.schema import (
     ADDED_COLUMNS,
     ADDED_TABLES,
     BACKFILL_SQL,
+    GREP_TABLE,
     SCHEMA_SQL,
     SCHEMA_VERSION,
     has_schema_object,
@@ -407,6 +408,7 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
 # How a table of ADDED_TABLES is filled from what older indexes stored.
 _TABLE_BACKFILL: dict[str, Callable[[sqlite3.Connection], int]] = {
     "chunks_cjk": cjk.backfill,
+    GREP_TABLE: grep_text.drop_old_tables,
     "files_fts": paths.backfill,
 }
 

@@ -19,7 +19,7 @@ triggers and indexes that serve them) and fills them (``chunks_cjk``:
 rifflux.store.cjk.backfill; ``files_fts``: rifflux.store.paths.backfill;
 ``file_knowledge`` with ``file_tags`` and ``error_pairs``: by the next job, which
 re-chunks every file without a row, rifflux.store.knowledge; ``chunk_changes``: needs no
-filling, rifflux.store.changes; ``file_text`` with ``file_trigrams``: by the next job,
+filling, rifflux.store.changes; ``grep_text`` with ``grep_trigrams``: by the next job,
 which re-chunks every file without a row, rifflux.store.grep_text); a reader of an older
 index works without them.
 
@@ -301,26 +301,34 @@ END;
 """
 
 # Each file's whole text as indexed, front matter included, for exact and regex search
-# (rifflux.store.grep_text): the text zlib-compressed, with the first line of each chunk;
-# and a trigram index over it, one row per file. The trigram table is contentless (it
-# stores no text) and ``detail=none`` (rowids only, no positions): 0.27x the text's bytes
-# on awesome-copilot, against 2.2x with positions. Its rowid is ``file_text.id``, never
-# reused (AUTOINCREMENT), so postings left by a delete that did not go through the writer
-# (a cascade) can only name a row that no longer exists, and a search skips them.
-GREP_TABLE = "file_text"
-TRIGRAM_TABLE = "file_trigrams"
+# (rifflux.store.grep_text): the text zlib-compressed, with the first line of each chunk
+# and the start of each block (whole lines, about ``grep_text.BLOCK_CHARS`` characters);
+# and a trigram index over the blocks, one row per block. The trigram table is
+# contentless (it stores no text) and ``detail=none`` (rowids only, no positions). A
+# file's blocks have the consecutive rowids ``grep_text.id`` to ``id + blocks - 1``; ids
+# are never reused (AUTOINCREMENT, the writer reserving each file's range in
+# ``sqlite_sequence``), so postings left by a delete that did not go through the writer
+# (a cascade) name no live block, and a search skips them.
+GREP_TABLE = "grep_text"
+TRIGRAM_TABLE = "grep_trigrams"
+# The tables of the same role that indexed a trigram row per file: dropped when the
+# block tables are added, and the next job rewrites every file's rows.
+OLD_GREP_TABLES = ("file_trigrams", "file_text")
 GREP_SQL = """
-CREATE TABLE IF NOT EXISTS file_text (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    file_id     INTEGER NOT NULL UNIQUE REFERENCES files(id) ON DELETE CASCADE,
+CREATE TABLE IF NOT EXISTS grep_text (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    file_id      INTEGER NOT NULL UNIQUE REFERENCES files(id) ON DELETE CASCADE,
     -- files.sha256 of the text stored: a file rewritten without this row is stale.
-    sha256      TEXT NOT NULL,
-    text        BLOB NOT NULL,
+    sha256       TEXT NOT NULL,
+    text         BLOB NOT NULL,
     -- JSON list: the 1-based line of the file where each chunk (by chunk_index) starts.
-    chunk_lines TEXT NOT NULL
+    chunk_lines  TEXT NOT NULL,
+    -- JSON list: the character offset in the text where each trigram block starts.
+    block_starts TEXT NOT NULL,
+    blocks       INTEGER NOT NULL
 );
 
-CREATE VIRTUAL TABLE IF NOT EXISTS file_trigrams USING fts5(
+CREATE VIRTUAL TABLE IF NOT EXISTS grep_trigrams USING fts5(
     text,
     content='',
     detail=none,

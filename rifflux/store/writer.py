@@ -172,6 +172,7 @@ class IndexWriter(IndexReader):
                         prepared.text,
                         prepared.text_blob,
                         prepared.chunk_lines,
+                        prepared.block_starts,
                     )
                 )
             # Most files have no CJK text: one regex scan per chunk, and no read back.

@@ -370,9 +370,9 @@ def test_an_edited_file_is_grepable_after_the_reindex(tmp_path: Path) -> None:
     Indexer(settings).run([tmp_path / "notes"])
     assert run_grep(settings, "new_token_here")["count"] == 0
     conn = open_index(settings.db_path)
-    assert conn.execute("SELECT count(*) FROM file_text").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM grep_text").fetchone()[0] == 1
     # The contentless trigram table was told exactly what it holds: nothing of a.md is left.
-    hits = conn.execute("SELECT rowid FROM file_trigrams WHERE file_trigrams MATCH '\"tok\"'")
+    hits = conn.execute("SELECT rowid FROM grep_trigrams WHERE grep_trigrams MATCH '\"tok\"'")
     assert hits.fetchall() == []
     conn.close()
 
@@ -380,7 +380,7 @@ def test_an_edited_file_is_grepable_after_the_reindex(tmp_path: Path) -> None:
 def test_an_index_without_grep_rows_gets_them_from_the_next_job(tmp_path: Path) -> None:
     settings = index_one(tmp_path, {"a.md": "---\ntitle: A\n---\n# A\n\nneedle_x here\n"})
     conn = sqlite3.connect(settings.db_path)
-    conn.executescript("DROP TABLE file_text; DROP TABLE file_trigrams;")
+    conn.executescript("DROP TABLE grep_text; DROP TABLE grep_trigrams;")
     conn.close()
     with pytest.raises(RiffluxError, match="no text for grep yet"):
         run_grep(settings, "needle_x")

@@ -1,11 +1,14 @@
-"""The grep rows' writes (rifflux.store.grep_text): a batch of files lands in the trigram
-table as one FTS5 segment, not one per file, and stays searchable when rewritten."""
+"""The grep rows (rifflux.store.grep_text): a batch of files lands in the trigram table as
+one FTS5 segment, not one per file, and stays searchable when rewritten; a file is a
+candidate only where one block holds every trigram asked."""
 
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from pathlib import Path
 
+import pytest
 from rifflux_testing import AWESOME_COPILOT
 
 from rifflux.index.changes import FileWork
@@ -60,5 +63,99 @@ def test_a_batch_writes_its_trigram_rows_as_one_segment(tmp_path: Path) -> None:
             match = fts_match(line.strip()[:12])
             paths = [row[2] for row in grep_text.candidates(conn, match)]
             assert prepared.rel_path in paths
+    finally:
+        conn.close()
+
+
+def test_blocks_are_whole_lines_that_rebuild_the_text() -> None:
+    line = "word " * 30 + "\n"  # 151 characters
+    text = line * 40 + "last line without an end"
+    starts = grep_text.block_starts(text)
+    blocks = grep_text.blocks_of(text, starts)
+    assert "".join(blocks) == text and len(blocks) > 2
+    assert all(b.endswith("\n") and len(b) >= grep_text.BLOCK_CHARS for b in blocks[:-1])
+    assert all(len(b) - len(line) < grep_text.BLOCK_CHARS for b in blocks[:-1])
+    assert grep_text.block_starts("") == [0] and grep_text.block_starts("a\n" * 3) == [0]
+
+
+def write_texts(conn: sqlite3.Connection, texts: dict[str, str]) -> dict[str, int]:
+    """Write ``texts`` as files (path -> text) with their grep rows; their file ids."""
+    ids = {}
+    with transaction(conn):
+        for path, text in texts.items():
+            sha = hashlib.sha256(text.encode()).hexdigest()
+            ids[path] = conn.execute(
+                "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) "
+                "VALUES (?, 0, ?, ?, 0) "
+                "ON CONFLICT(path) DO UPDATE SET sha256 = excluded.sha256 RETURNING id",
+                (path, len(text), sha),
+            ).fetchone()[0]
+        rows = [
+            grep_text.TextRow(ids[p], hashlib.sha256(t.encode()).hexdigest(), t, b"", [1])
+            for p, t in texts.items()
+        ]
+        grep_text.write_files(conn, rows)
+    return ids
+
+
+def candidate_paths(conn: sqlite3.Connection, literal: str, seek_limit: int) -> list[str]:
+    rows = grep_text.candidates(conn, fts_match(literal), seek_limit=seek_limit)
+    return [row[2] for row in rows]
+
+
+@pytest.mark.parametrize("seek_limit", [0, grep_text.SEEK_LIMIT])
+def test_a_candidate_holds_every_trigram_within_one_block(tmp_path: Path, seek_limit: int) -> None:
+    """``alpha`` and ``omega`` lie in blocks far apart in far.md and on one line in
+    near.md: only near.md is a candidate for ``alpha omega`` (a table of a row per file
+    names both). Blocks left behind by a cascade and rewritten files' old ranges name
+    no file; both ways of finding a block's file (a seek each, one pass) agree."""
+    filler = "filler text of a line\n" * 200
+    texts = {
+        "far.md": "alpha\n" + filler + "omega\n",
+        "near.md": filler + "an alpha omega here\n" + filler,
+        "other.md": "nothing\n" + filler,
+    }
+    conn = open_index(tmp_path / "index.db")
+    try:
+        write_texts(conn, texts)
+        assert candidate_paths(conn, "alpha omega", seek_limit) == ["near.md"]
+        assert candidate_paths(conn, "alpha", seek_limit) == ["far.md", "near.md"]
+        # near.md rewritten: its old blocks are unlearned, its new range is above all.
+        write_texts(conn, {"near.md": filler + filler + "an ALPHA OMEGA there\n"})
+        assert candidate_paths(conn, "alpha omega", seek_limit) == ["near.md"]
+        assert candidate_paths(conn, "an alpha omega here", seek_limit) == []
+        # A cascade that bypasses the writer leaves far.md's blocks behind: skipped.
+        with transaction(conn):
+            conn.execute("DELETE FROM files WHERE path = 'far.md'")
+        assert candidate_paths(conn, "alpha", seek_limit) == ["near.md"]
+        assert candidate_paths(conn, "omega", seek_limit) == ["near.md"]
+        write_texts(conn, {"late.md": "omega\n"})  # ids above every range given before
+        assert candidate_paths(conn, "omega", seek_limit) == ["late.md", "near.md"]
+    finally:
+        conn.close()
+
+
+def test_an_index_with_per_file_trigram_tables_drops_them_and_rewrites(tmp_path: Path) -> None:
+    """An index whose grep tables are the per-file ones: a writer drops them and adds the
+    block tables, and every file is stale until the next job writes its rows."""
+    conn = open_index(tmp_path / "index.db")
+    write_texts(conn, {"a.md": "needle here\n"})
+    conn.executescript(
+        "DROP TABLE grep_trigrams; DROP TABLE grep_text;"
+        "CREATE TABLE file_text (id INTEGER PRIMARY KEY AUTOINCREMENT, file_id INTEGER,"
+        " sha256 TEXT, text BLOB, chunk_lines TEXT);"
+        "CREATE VIRTUAL TABLE file_trigrams USING fts5(text, content='', detail=none,"
+        " columnsize=0, tokenize='trigram');"
+    )
+    conn.close()
+    conn = open_index(tmp_path / "index.db")
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"grep_text", "grep_trigrams"} <= tables
+        assert not {"file_text", "file_trigrams"} & tables
+        assert grep_text.stale_paths(conn) == {"a.md"}
+        write_texts(conn, {"a.md": "needle here\n"})
+        assert grep_text.stale_paths(conn) == set()
+        assert candidate_paths(conn, "needle", grep_text.SEEK_LIMIT) == ["a.md"]
     finally:
         conn.close()
