@@ -209,6 +209,34 @@ def test_auto_reindex_submits_through_the_entry_point(
     assert submitted == [[str(docs)]]
 
 
+def test_a_search_s_auto_reindex_check_starts_a_pool_for_a_job_without_workers(
+    tmp_path: Path, docs: Path, launched: list[int]
+) -> None:
+    """A job left queued with no worker alive (its workers exited): a search's
+    auto-reindex check adopts it, submits nothing new, and starts a local pool for it."""
+    settings = make_settings(
+        tmp_path,
+        auto_reindex_on_search=True,
+        auto_reindex_paths=(str(docs),),
+        allowed_roots=(str(tmp_path),),
+    )
+    left = Reindexer(settings)
+    try:
+        job_id = left.submit([docs])
+    finally:
+        left.close()
+    ctx = ToolContext.from_settings(settings, cwd=tmp_path)
+    try:
+        assert not launched
+        tools.search_rifflux(ctx, "pulsar", mode="lexical")
+        wait_until(lambda: launched, timeout=60)
+        assert ctx.auto_reindex is not None
+        assert ctx.auto_reindex.coalescer.active_job == job_id
+    finally:
+        ctx.close()
+    assert len(launched) == 1 and len(job_roots(settings)) == 1
+
+
 def test_a_missing_root_is_refused_once_in_one_line_before_any_job(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     queue = IndexQueue(settings)

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rifflux_testing import copy_corpus, index_rows, make_settings, reference_rows
 
 from rifflux.embed.hashing import HashEmbedder
@@ -118,22 +119,35 @@ def test_a_scoped_walk_that_meets_a_new_symlink_scans_the_whole_root(tmp_path: P
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
 
 
-def test_a_batch_read_before_a_later_job_does_not_undo_that_job(tmp_path: Path) -> None:
-    """A forced job is planned (its batches' texts read); then files are replaced by
-    directories, deleted, edited, and the watcher's scoped job for them runs to its end;
-    then the forced job's batches land. The index ends as the files are now."""
+@pytest.mark.parametrize("job", ["scoped", "forced"])
+def test_a_file_replaced_by_a_directory_leaves_the_index(tmp_path: Path, job: str) -> None:
+    """A file replaced by a directory of the same name (one empty, one holding a note) is
+    a file no longer: the watcher's job for the changed paths and a forced job of the
+    whole root each delete its rows, and index what the new directory holds."""
     corpus = corpus_of(tmp_path)
     settings = make_settings(tmp_path)
     run_job(settings, [corpus])
-    queue = IndexQueue(settings)
-    try:
-        forced_id = queue.submit([corpus], force=True)
-    finally:
-        queue.close()
-    forced_batches: list = []
-    pipeline.plan(
-        settings, plan_request(str(settings.db_path), forced_id), forced_batches.append, [].append
-    )
+    replaced = sorted(corpus.glob("*.md"))[:2]
+    for path in replaced:
+        path.unlink()
+        path.mkdir()
+    (replaced[0] / "inside.md").write_text("# Inside\n\na file in the new directory\n")
+
+    if job == "scoped":
+        record = run_job(settings, [corpus], scope=replaced)
+    else:
+        record = run_job(settings, [corpus], force=True)
+    assert record.files_deleted == 2
+    stored = {row[0] for row in index_rows(settings.db_path)}
+    names = {f"docs/{path.name}" for path in replaced}
+    assert not names & stored
+    assert f"docs/{replaced[0].name}/inside.md" in stored
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def replace_delete_and_edit(corpus: Path) -> list[Path]:
+    """Replace three files by directories (one holding a new note), delete one, edit
+    one; returns the changed paths, as the watcher's events name them."""
     names = sorted(corpus.glob("*.md"))
     replaced, deleted, edited = names[:3], names[3], names[4]
     for path in replaced:
@@ -142,12 +156,72 @@ def test_a_batch_read_before_a_later_job_does_not_undo_that_job(tmp_path: Path) 
     (replaced[0] / "inside.md").write_text("# Inside\n\na file in the new directory\n")
     deleted.unlink()
     edited.write_text(edited.read_text() + "\n\n## Later\n\nwatcherjobword\n")
-    run_job(settings, [corpus], scope=[*replaced, deleted, edited])
+    return [*replaced, deleted, edited]
 
-    for request in forced_batches:
+
+def plan_forced_job(settings, corpus: Path) -> tuple[str, list]:
+    """A forced job of ``corpus``, planned; its id and its chunk requests (not run)."""
+    queue = IndexQueue(settings)
+    try:
+        forced_id = queue.submit([corpus], force=True)
+    finally:
+        queue.close()
+    batches: list = []
+    pipeline.plan(
+        settings, plan_request(str(settings.db_path), forced_id), batches.append, [].append
+    )
+    return forced_id, batches
+
+
+def finish(settings, job_id: str, batches: list) -> None:
+    for request in batches:
         pipeline.chunk(request, HashEmbedder())
-    record = pipeline.finalize(finalize_request(str(settings.db_path), forced_id))
+    record = pipeline.finalize(finalize_request(str(settings.db_path), job_id))
     assert record is not None and record.state == "completed"
+
+
+def test_a_batch_planned_before_a_later_job_does_not_undo_that_job(tmp_path: Path) -> None:
+    """A forced job is planned; then files are replaced by directories, deleted, edited,
+    and the watcher's scoped job for them runs to its end; then the forced job's batches
+    are chunked (their files read now). The index ends as the files are now."""
+    corpus = corpus_of(tmp_path)
+    settings = make_settings(tmp_path)
+    run_job(settings, [corpus])
+    forced_id, batches = plan_forced_job(settings, corpus)
+    run_job(settings, [corpus], scope=replace_delete_and_edit(corpus))
+
+    finish(settings, forced_id, batches)
+    assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
+
+
+def test_a_batch_read_before_a_later_job_does_not_undo_that_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forced job's chunk step has read its batch's files when they are replaced by
+    directories, deleted and edited, and the watcher's scoped job for them runs to its
+    end before that step takes the write lock: the step's older read is not written
+    over the later job. The index ends as the files are now."""
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    for i in range(8):  # Small: one batch holds them all.
+        (corpus / f"note-{i}.md").write_text(f"# Note {i}\n\nA short note, number {i}.\n")
+    settings = make_settings(tmp_path)
+    run_job(settings, [corpus])
+    forced_id, batches = plan_forced_job(settings, corpus)
+    assert len(batches) == 1  # The one read holds every file the later job changes.
+    read_planned = pipeline.read_planned
+    changed: list[Path] = []
+
+    def read_then_change(*args: Any, **kwargs: Any) -> Any:
+        read = read_planned(*args, **kwargs)
+        if not changed:  # The forced job's read; the later job reads through here too.
+            changed.extend(replace_delete_and_edit(corpus))
+            run_job(settings, [corpus], scope=changed)
+        return read
+
+    monkeypatch.setattr(pipeline, "read_planned", read_then_change)
+    finish(settings, forced_id, batches)
+    assert changed
     assert index_rows(settings.db_path) == reference_rows(tmp_path, corpus, settings)
 
 

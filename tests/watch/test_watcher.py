@@ -137,6 +137,28 @@ def test_delete_removes_and_rename_moves_chunks(watched) -> None:
         watcher.stop()
 
 
+def test_files_replaced_by_directories_leave_the_index(watched) -> None:
+    """A file replaced by a directory of the same name (empty, or holding a note): the
+    watcher's jobs delete the file's rows and index the note, with no other reindex."""
+    settings, root, queue = watched
+    names = [f"note-{i}.md" for i in range(6)]
+    for name in names:
+        (root / name).write_text(f"# {name}\n\nthis note becomes a directory\n")
+    watcher = FileWatcher(settings, [root], queue).start()
+    try:
+        wait_until(lambda: {f"docs/{n}" for n in names} <= indexed_paths(settings), timeout=60)
+        wait_until(lambda: watcher.coalescer.idle, timeout=60)
+        for name in names[:4]:
+            (root / name).unlink()
+            (root / name).mkdir()
+        (root / names[0] / "inside.md").write_text("# Inside\n\na note in the new directory\n")
+        expected = {"docs/seed.md", f"docs/{names[0]}/inside.md"}
+        expected |= {f"docs/{name}" for name in names[4:]}
+        wait_until(lambda: indexed_paths(settings) == expected, timeout=60)
+    finally:
+        watcher.stop()
+
+
 def test_a_crashed_watcher_restarts_and_reports_it(watched) -> None:
     settings, root, queue = watched
     calls = []
