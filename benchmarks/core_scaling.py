@@ -10,6 +10,8 @@ the clock starts; the span is submit → the job's ``finished_at``. One JSON lin
 - ``units``: the job's work units (embed messages, one per unit of texts embedded);
 - ``writer_busy``: the fraction of the span during which an index write transaction held
   SQLite's write lock (``BEGIN IMMEDIATE`` granted → ``COMMIT`` done, every process);
+- ``first_embed_s``, ``last_chunk_s``, ``last_embed_s``, ``finalize_s`` (its start and
+  end): the job's course, in seconds after submit;
 - ``first_10s``: where the first 10 s after submit went, in worker-seconds per actor
   (plan, chunk, embed, write, finalize) and idle, out of W × 10 s.
 
@@ -103,6 +105,7 @@ def run_one(corpus: Path, workers: int, work: Path, backend: str) -> dict[str, A
     window = workers * (first_end - submitted)
     embeds = [(s, e) for kind, _pid, s, e in rows if kind == "embed_batch"]
     chunks = [(s, e) for kind, _pid, s, e in rows if kind == "chunk_batch"]
+    finals = [(s, e) for kind, _pid, s, e in rows if kind == "finalize_job"]
     return {
         "workers": workers,
         "span_s": round(span, 3),
@@ -115,6 +118,8 @@ def run_one(corpus: Path, workers: int, work: Path, backend: str) -> dict[str, A
         "first_embed_s": round(min(s for s, _ in embeds) - submitted, 2) if embeds else None,
         "last_chunk_s": round(max(e for _, e in chunks) - submitted, 2) if chunks else None,
         "last_embed_s": round(max(e for _, e in embeds) - submitted, 2) if embeds else None,
+        # The tail: the finalize step's start and end.
+        "finalize_s": [round(x - submitted, 2) for x in max(finals)] if finals else None,
         "first_10s": {
             "window_s": round(first_end - submitted, 2),
             **{kind: round(first[kind], 2) for kind in ACTORS},

@@ -56,6 +56,7 @@ from rifflux.queue import names
 from rifflux.queue.presence import PresenceStore, presence_store_for, report_write_fault
 from rifflux.store import faults
 from workers import setup
+from workers.cpu_slots import chunk_slot
 
 log = structlog.get_logger(__name__)
 
@@ -220,7 +221,8 @@ def chunk_batch(message: dict[str, Any]) -> None:
     request = ChunkRequest.from_dict(message)
     with failing_job_on_write_fault(request.db_path, request.job_id):
         retried = pipeline.with_retries(request, request.retries + _retries_so_far())
-        outcome = pipeline.chunk(retried, inline_embedder(), embed_workers=embed_workers())
+        with chunk_slot(request.db_path):
+            outcome = pipeline.chunk(retried, inline_embedder(), embed_workers=embed_workers())
         for embed in outcome.embeds:
             _send_embed(embed)
         if outcome.ready:

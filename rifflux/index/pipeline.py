@@ -649,7 +649,7 @@ def chunk(
         publish_if_due(request.db_path)
     if done or embed_request is None:
         return RowsOutcome((), ready)
-    units = units_for(len(embed_request.texts), job.batches_total, embed_workers)
+    units = units_for(len(embed_request.texts), job.batches_total, embed_workers, batch_no)
     return RowsOutcome(embed_units(embed_request, units), ready)
 
 

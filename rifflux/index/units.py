@@ -12,8 +12,12 @@ its messages and transactions stay as they were.
 
 A unit holds at least ``MIN_UNIT_TEXTS`` texts (the embedder batches what it gets, and
 each unit is one embed message and one vector write) and a batch at most ``MAX_UNITS``
-units (each is a bit of the batch's ``units_done``). Texts are dealt longest first, round
-robin, so the units of a batch hold equal counts (±1) and about equal lengths.
+units (each is a bit of the batch's ``units_done``). The job's last batches (the last
+``1 / TAIL_FRACTION`` of them, at least one), whose units are the last the pool embeds,
+go out as twice as many units of at least ``TAIL_MIN_UNIT_TEXTS`` texts: the pool's last
+wave is shorter, so fewer workers idle while the slowest finish. Texts are dealt longest
+first, round robin, so the units of a batch hold equal counts (±1) and about equal
+lengths.
 """
 
 from __future__ import annotations
@@ -23,14 +27,19 @@ from collections.abc import Sequence
 UNITS_PER_WORKER = 8
 MIN_UNIT_TEXTS = 8
 MAX_UNITS = 62
+TAIL_FRACTION = 8
+TAIL_MIN_UNIT_TEXTS = 4
 
 
-def units_for(texts: int, batches: int, workers: int) -> int:
+def units_for(texts: int, batches: int, workers: int, batch_no: int | None = None) -> int:
     """How many embed units a batch of ``texts`` texts goes out as, in a job of
-    ``batches`` batches embedded by ``workers`` live workers."""
+    ``batches`` batches embedded by ``workers`` live workers; ``batch_no`` (0-based, in
+    plan order) tells a batch of the job's tail."""
     if workers <= 1:
         return 1  # One worker embeds the job's texts one after another in any case.
     wanted = -(-UNITS_PER_WORKER * workers // max(1, batches))
+    if batch_no is not None and batch_no >= batches - max(1, batches // TAIL_FRACTION):
+        return max(1, min(2 * wanted, texts // TAIL_MIN_UNIT_TEXTS, MAX_UNITS))
     return max(1, min(wanted, texts // MIN_UNIT_TEXTS, MAX_UNITS))
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 from dramatiq.message import Message
 
-from rifflux.index.units import MAX_UNITS, MIN_UNIT_TEXTS, UNITS_PER_WORKER, deal, units_for
+from rifflux.index.units import (
+    MAX_UNITS,
+    MIN_UNIT_TEXTS,
+    TAIL_MIN_UNIT_TEXTS,
+    UNITS_PER_WORKER,
+    deal,
+    units_for,
+)
 from rifflux.queue.sqlite_broker import SQLiteBroker
 from workers.child import threads_prefetch
 
@@ -101,3 +108,16 @@ def test_no_worker_idles_while_at_least_as_many_units_as_workers_wait(
         assert waiting == 0
     finally:
         broker.close()
+
+
+def test_the_last_batches_go_out_as_smaller_units() -> None:
+    """The tail (the last eighth of the batches, at least one) has twice the units, of at
+    least TAIL_MIN_UNIT_TEXTS texts; the batches before it are as without a batch_no."""
+    batches, texts = 18, 98
+    plain = [units_for(texts, batches, 16, b) for b in range(batches)]
+    assert plain[:-2] == [units_for(texts, batches, 16)] * (batches - 2)
+    assert plain[-2:] == [min(2 * plain[0], texts // TAIL_MIN_UNIT_TEXTS)] * 2
+    assert units_for(texts, batches, 2, batches - 1) == 2  # a pool of two splits it too
+    assert units_for(texts, batches, 2, 0) == 1
+    assert units_for(texts, 1, 16, 0) == min(2 * UNITS_PER_WORKER * 16, texts // 4, MAX_UNITS)
+    assert units_for(6, batches, 16, batches - 1) == 1  # too few texts to split
