@@ -289,7 +289,7 @@ def register_tools(server: MCPServer, ctx: ToolContext) -> None:
     async def get_file(
         path: Annotated[
             str,
-            Field(description="An indexed file's path, exactly as search results show it."),
+            Field(description="Its path as search results show it, or absolute."),
         ],
         heading: Annotated[
             str | None,
@@ -373,8 +373,8 @@ def register_tools(server: MCPServer, ctx: ToolContext) -> None:
                 {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS}
             ),
             Field(
-                description="Indexed file paths as search results show them, or globs "
-                "such as docs/adr/*.md; answered in this order."
+                description="Paths as search results show them or absolute, or globs "
+                "(docs/adr/*.md); answered in this order."
             ),
         ],
         max_tokens: Annotated[

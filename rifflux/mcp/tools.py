@@ -336,9 +336,10 @@ def resolve_roots(
     given = [p for p in paths or () if p.strip()]
     if not given and path is not None and path.strip():
         given = [path]
+    base = ctx.base if against is None else against
     if not given:
         given = [str(ctx.cwd)]
-    base = ctx.base if against is None else against
+        remedy = remedy or default_remedy(base)
     roots = [resolve_against(base, p) for p in given]
     check_allowed(
         roots,
@@ -384,6 +385,16 @@ def tool_remedy(base: Path, given: Sequence[str]) -> str:
     if all(os.path.isabs(os.path.expanduser(text)) for text in given):
         return f"pass a path inside them (relative paths are read from {base})"
     return f"paths are relative to {base}"
+
+
+def default_remedy(base: Path) -> str:
+    """Why a call that named no path was refused, and the two ways out: the default is
+    the server's working directory, which a host that sets none leaves at ``/``."""
+    return (
+        "with no path reindex indexes the server's working directory; pass a path "
+        f"(relative paths are read from {base}), or start the server with "
+        "RIFFLUX_BASE_DIR, the directory it then works in"
+    )
 
 
 def check_allowed(

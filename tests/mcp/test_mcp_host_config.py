@@ -38,6 +38,7 @@ from rifflux.mcp.host_config import (
     render,
     roots_warning,
 )
+from rifflux.search.budget import estimate_tokens
 
 SCRIPT = Path(os.path.abspath(sysconfig.get_path("scripts"))) / "rifflux"
 needs_script = pytest.mark.skipif(
@@ -164,6 +165,20 @@ def test_an_index_in_a_home_directory_gets_its_roots_printed_with_a_warning(
 # -- launched as a host launches it ------------------------------------------------------
 
 TIMEOUT = 120.0
+DEFAULT_RESPONSE_TOKENS = 20_000
+"""RIFFLUX_MAX_RESPONSE_TOKENS when the host's configuration does not set it."""
+
+
+def journal(day: int) -> str:
+    """A note whose sections all hold "tide": 100 of them, whole, are ~40k tokens."""
+    words = " ".join(f"log{day}w{j}" for j in range(60))
+    parts = [
+        f"## Watch {i}\n\nThe tide turned at watch {i} of day {day}: {words}." for i in range(3)
+    ]
+    return f"# Day {day}\n\n" + "\n\n".join(parts) + "\n"
+
+
+JOURNAL = {f"journal/day{day:02d}.md": journal(day) for day in range(40)}
 
 
 @needs_script
@@ -173,9 +188,12 @@ async def test_a_host_launching_the_printed_entry_from_the_root_gets_paths_as_re
 ) -> None:
     """Claude Desktop starts a stdio server in ``/`` with the configured command, args and
     env: ``reindex`` with no path and with a result path, ``get_file`` and ``multi_get``
-    with absolute paths, ``db_path`` relative, all read against the notes folder."""
+    with absolute paths, ``db_path`` relative, all read against the notes folder; a
+    ``search_rifflux`` of ``top_k`` 100 whose whole answer is ~40k tokens comes within
+    the default response budget."""
     notes = tmp_path / "notes"
     write_docs(notes)
+    write_docs(notes, JOURNAL)
     host_path = f"{SCRIPT.parent}:/usr/bin:/bin"
     entry: dict[str, Any] = json.loads(
         mcp_config(notes, host_path, "--host", "claude", "--db", ".rifflux/index.db")
@@ -199,7 +217,7 @@ async def test_a_host_launching_the_printed_entry_from_the_root_gets_paths_as_re
                 await s.initialize()
             everything = await call_ok(s, "reindex", timeout=TIMEOUT)
             assert everything["indexed_paths"] == [str(notes)]
-            assert everything["indexed_files"] == len(DOCS)
+            assert everything["indexed_files"] == len(DOCS) + len(JOURNAL)
 
             hits = await call_ok(s, "search_rifflux", timeout=TIMEOUT, query="basil", top_k=100)
             assert hits["results"][0]["path"] == "notes/gardening.txt"
@@ -213,8 +231,20 @@ async def test_a_host_launching_the_printed_entry_from_the_root_gets_paths_as_re
             assert found["file"]["path"] == "docs/install.md"
             files = await call_ok(s, "multi_get", timeout=TIMEOUT, paths=[absolute, "docs/*.md"])
             assert [f["path"] for f in files["files"]] == ["docs/install.md", "docs/search.md"]
+            # Its largest search fits the host by default: trimmed, and saying so.
+            result = await s.call_tool("search_rifflux", {"query": "tide", "top_k": 100})
+            assert not result.is_error, result.content
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert estimate_tokens(text) <= DEFAULT_RESPONSE_TOKENS
+            tide = json.loads(text)
+            assert tide["budget"]["dropped"] > 0 and tide["count"] == len(tide["results"]) > 0
             own = await call_ok(
-                s, "search_rifflux", timeout=TIMEOUT, query="basil", db_path=".rifflux/index.db"
+                s,
+                "search_rifflux",
+                timeout=TIMEOUT,
+                query="basil",
+                top_k=100,
+                db_path=".rifflux/index.db",
             )
             assert own["count"] == hits["count"]
 

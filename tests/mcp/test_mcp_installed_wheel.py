@@ -137,8 +137,9 @@ def test_mcp_config_names_this_installation_and_absolute_paths(
 async def session(
     snippet: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[ClientSession]:
-    """The server started exactly as the snippet says, from an unrelated directory."""
-    elsewhere = tmp_path_factory.mktemp("host-cwd")
+    """The server started exactly as the snippet says, from ``/`` as Claude Desktop
+    starts it."""
+    logs = tmp_path_factory.mktemp("host-logs")
     env = clean_env(
         **snippet["env"],
         RIFFLUX_EMBEDDING_BACKEND="onnx",
@@ -146,9 +147,9 @@ async def session(
         RIFFLUX_STARTUP_WORKER_GRACE_SECONDS="1",
     )
     params = StdioServerParameters(
-        command=snippet["command"], args=snippet["args"], env=env, cwd=elsewhere
+        command=snippet["command"], args=snippet["args"], env=env, cwd="/"
     )
-    with (elsewhere / "server.err").open("w") as errlog:
+    with (logs / "server.err").open("w") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
             ClientSession(read, write) as client,
@@ -161,7 +162,8 @@ async def session(
 async def test_the_installed_server_indexes_with_its_workers_and_onnx_and_searches(
     session: ClientSession, workdir: Path
 ) -> None:
-    report = await call_ok(session, "reindex", timeout=300, path=str(workdir))
+    report = await call_ok(session, "reindex", timeout=300)  # No path: the notes folder.
+    assert report["indexed_paths"] == [str(workdir)]
     assert report["indexed_files"] == len(DOCS) + 1
     assert report["embedding_model"] == "onnx:all-MiniLM-L6-v2-int8"
     semantic = await call_ok(
@@ -170,3 +172,5 @@ async def test_the_installed_server_indexes_with_its_workers_and_onnx_and_search
     assert semantic["results"][0]["path"] == "notes/gardening.txt"
     cjk = await call_ok(session, "search_rifflux", timeout=60, query="堆肥", mode="lexical")
     assert cjk["results"][0]["path"] == "cjk/zh.md"
+    whole = await call_ok(session, "get_file", timeout=60, path=str(workdir / "cjk" / "zh.md"))
+    assert whole["file"]["path"] == "cjk/zh.md"

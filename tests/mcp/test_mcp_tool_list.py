@@ -88,3 +88,12 @@ async def test_search_says_which_options_fit_which_question(listed: ListToolsRes
     for advice in ('group_by "file"', "0.948", 'mode "lexical"', "error codes", 'fusion "minmax"'):
         assert advice in description
     assert "alpha 0.5" in description and "get_chunk" in description
+
+
+async def test_path_arguments_say_an_indexed_files_absolute_path_is_taken(
+    listed: ListToolsResult,
+) -> None:
+    """Agents in IDE hosts hold absolute paths: the schema must not send them away."""
+    tools = {tool.name: tool for tool in listed.tools}
+    for name, argument in (("get_file", "path"), ("multi_get", "paths")):
+        assert "absolute" in tools[name].input_schema["properties"][argument]["description"]

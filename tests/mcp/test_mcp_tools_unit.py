@@ -125,9 +125,16 @@ def test_without_base_dir_relative_paths_are_read_against_the_recorded_base(
         assert ctx.base == tree.root
         assert tools.resolve_roots(ctx, "docs", None) == [tree.root / "docs"]
         assert ctx.service_for(".rifflux/index.db") is ctx.search
-        # With no path, the server's own working directory, as the contract says.
-        with pytest.raises(RiffluxError, match=f"^{elsewhere} is outside the allowed roots"):
+        # With no path, the server's own working directory, as the contract says; the
+        # refusal says that this default was the path, and how to give another.
+        with pytest.raises(RiffluxError) as refused:
             tools.resolve_roots(ctx, None, None)
+        assert str(refused.value) == (
+            f"{elsewhere} is outside the allowed roots ({tree.root}); with no path reindex "
+            "indexes the server's working directory; pass a path (relative paths are read "
+            f"from {tree.root}), or start the server with RIFFLUX_BASE_DIR, the directory it "
+            "then works in"
+        )
     finally:
         ctx.close()
 

@@ -6,7 +6,6 @@ import os
 import signal
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -118,8 +117,10 @@ def test_a_locked_database_is_retried_until_the_batch_lands(tmp_path: Path, star
         wait_until(lambda: (queue.job(job_id) or JobRecord("", [], {}, "")).planned)
         locker = connect(settings.db_path)
         locker.execute("BEGIN IMMEDIATE")
-        # Longer than SQLite's own busy timeout: the writer must back off and retry.
-        time.sleep(7)
+        # Held until a write outlasted SQLite's own busy timeout and the writer backed off
+        # to retry, however late a loaded machine lets it reach the lock.
+        log = tmp_path / "workers-0.log"
+        wait_until(lambda: '"sqlite.busy_retry"' in log.read_text(errors="replace"), timeout=120)
         locker.execute("COMMIT")
         locker.close()
         record = queue.wait(job_id, timeout=120)
