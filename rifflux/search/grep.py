@@ -3,9 +3,10 @@
 A pattern is planned into the trigrams its every match must contain (Russ Cox, "Regular
 Expression Matching with a Trigram Index"): the literal itself, or for a regex an AND/OR
 of the literal strings its matches require, read from Python's own regex parser. The
-trigram table (rifflux.store.grep_text) names the files holding them; each candidate's
-stored text is then searched with the exact pattern. A pattern that requires no string
-of three characters or more is searched in every file's text ("scanned": true).
+trigram table (rifflux.store.grep_text) names the files with a block of lines holding
+them; each candidate's stored text is then searched with the exact pattern. A pattern
+that requires no string of three characters or more is searched in every file's text
+("scanned": true).
 
 Invariants:
 
@@ -78,13 +79,13 @@ JOIN_SAVING_TOKENS = 2
 punctuation runs at its two ends may merge with the ``,``/``[``/``]`` around it."""
 MAX_EXACT = 16
 """The most strings the planner tracks for what a piece of a regex matches exactly."""
-MAX_CLASS_CHARS = 8
-"""A character class of more characters is planned as any character."""
+MAX_CLASS_CHARS = 10
+"""A character class of more characters is planned as any character (``[0-9]`` is not)."""
 MAX_TRIGRAMS_PER_LITERAL = 32
 """Trigrams of one literal asked of the index, spread over it. All of them are the most
-selective filter (the table keeps no positions, so a large file holds the common ones
-anyway): 87 candidate files on average against 98 with 12, for 200 selective literals
-on awesome-copilot, at the same query time (0.4 ms)."""
+selective filter (the table keeps no positions, so a block holds the common ones
+anyway); with a row per file, 87 candidate files on average against 98 with 12, for 200
+selective literals on awesome-copilot, at the same query time (0.4 ms)."""
 MAX_QUERY_TERMS = 512
 """Trigrams in one index query; a plan needing more is not asked (the scan runs)."""
 MIN_LITERAL = 3
@@ -242,7 +243,7 @@ def _sequence(items: Sequence[tuple[Any, Any]]) -> _Info:
     exact: frozenset[str] | None = frozenset({""})
     query: Query | None = None
     flushed = False
-    for op, av in items:
+    for op, av in _required_copies(items):
         info = _node(op, av)
         if (
             exact is not None
@@ -262,6 +263,22 @@ def _sequence(items: Sequence[tuple[Any, Any]]) -> _Info:
         return _Info(exact)
     tail = _Info(exact).as_query() if exact is not None else None
     return _Info(None, _and(query, tail))
+
+
+def _required_copies(items: Sequence[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    """``items`` with each repeat of at least one and more copies written as one copy of
+    its body then the rest of the repeat (``x{1,}`` as ``x x{0,}``), so the strings the
+    copy matches exactly still join the literal before it (``updated[0-9]+`` requires one
+    of ``updated0`` .. ``updated9``)."""
+    for op, av in items:
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
+            low, high, body = av
+            if 1 <= low < high:
+                yield from body
+                rest = high if high == _c.MAXREPEAT else high - 1
+                yield op, (low - 1, rest, body)
+                continue
+        yield op, av
 
 
 def _node(op: Any, av: Any) -> _Info:
@@ -321,7 +338,7 @@ def _trigram_terms(literal: str) -> list[str]:
 
 
 def fts_match(query: Query | None) -> str | None:
-    """The FTS5 query over ``file_trigrams`` for ``query`` (each literal as the AND of
+    """The FTS5 query over ``grep_trigrams`` for ``query`` (each literal as the AND of
     its trigrams: the table keeps no positions), or None when there is none to ask or
     it would need more than ``MAX_QUERY_TERMS`` trigrams."""
     if query is None:
@@ -545,9 +562,8 @@ def _context(data: bytes, line_start: int, count: int) -> tuple[list[str], list[
 # -- the search ------------------------------------------------------------------------
 
 TEXT_CACHE_BYTES = 64 << 20
-"""Decompressed texts a process keeps (:class:`TextCache`): a warm grep
-verifies its candidates without inflating them again (zlib, ~0.1 ms for a file of 8 kB,
-most of a selective literal's time on awesome-copilot: BENCHMARKS.md)."""
+"""Decompressed texts a process keeps (:class:`TextCache`): a warm grep verifies its
+candidates without inflating them again (Zstandard, ~12 us for a file of 9 kB)."""
 
 
 class Text(NamedTuple):

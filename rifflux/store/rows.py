@@ -77,7 +77,7 @@ class PreparedFile:
     knowledge: FileKnowledge | None = None
     # Why the file's front matter was kept as text (malformed), for the job's skip list.
     front_matter_problem: str | None = None
-    # The whole text as indexed (front matter included), the same zlib-compressed and
+    # The whole text as indexed (front matter included), the same Zstandard-compressed and
     # where its trigram blocks start (grep_text.compress and block_starts: done where the
     # file is chunked, before the write lock is taken), and the 1-based line where each
     # chunk starts: the file's grep rows (rifflux.store.grep_text); None writes none.

@@ -301,7 +301,7 @@ END;
 """
 
 # Each file's whole text as indexed, front matter included, for exact and regex search
-# (rifflux.store.grep_text): the text zlib-compressed, with the first line of each chunk
+# (rifflux.store.grep_text): the text Zstandard-compressed, with the first line of each chunk
 # and the start of each block (whole lines, about ``grep_text.BLOCK_CHARS`` characters);
 # and a trigram index over the blocks, one row per block. The trigram table is
 # contentless (it stores no text) and ``detail=none`` (rowids only, no positions). A
@@ -310,6 +310,7 @@ END;
 # ``sqlite_sequence``), so postings left by a delete that did not go through the writer
 # (a cascade) name no live block, and a search skips them.
 GREP_TABLE = "grep_text"
+GREP_INDEX = "grep_text_blocks"
 TRIGRAM_TABLE = "grep_trigrams"
 # The tables of the same role that indexed a trigram row per file: dropped when the
 # block tables are added, and the next job rewrites every file's rows.
@@ -327,6 +328,10 @@ CREATE TABLE IF NOT EXISTS grep_text (
     block_starts TEXT NOT NULL,
     blocks       INTEGER NOT NULL
 );
+
+-- What a search reads of every candidate (the block range's owner, its file and text
+-- key), without the pages of the texts: a row holds a text of a few kB.
+CREATE INDEX IF NOT EXISTS grep_text_blocks ON grep_text(id, blocks, file_id, sha256);
 
 CREATE VIRTUAL TABLE IF NOT EXISTS grep_trigrams USING fts5(
     text,

@@ -144,6 +144,7 @@ def test_plan_reads_the_literals_a_regex_requires() -> None:
     assert plan(r"retry_(count|limit)\s*=", regex=True) == Or(("retry_count", "retry_limit"))
     assert plan(r"foo.*bar\d+", regex=True) == And(("foo", "bar"))
     assert plan(r"colou?r", regex=True) == Or(("color", "colour"))
+    assert plan(r"updated[0-9]+", regex=True) == Or(tuple(f"updated{d}" for d in range(10)))
     assert plan(r"(?i)ERR_[A-Z]+_REFUSED", regex=True) == And(("ERR_", "_REFUSED"))
     assert plan("CONNECTION_REF", regex=False) == "CONNECTION_REF"
 
