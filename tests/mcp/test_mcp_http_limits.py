@@ -8,9 +8,11 @@ MCP client session checks that an honest client is still served.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -42,8 +44,11 @@ SESSION_BYTES = 38_000
 """What one abandoned session cost before the cap (issue 20: 296 → 529 MB for 6,000)."""
 IDLE_SECONDS = 1
 REQUEST_TIMEOUT_SECONDS = 1
-DISCONNECT_BOUND_S = 15.0
-"""Generous bound for a 1 s deadline on a loaded machine: never waiting forever is the point."""
+DISCONNECT_BOUND_S = 120.0
+"""Generous bound on waiting for a 1 s deadline: it only ends a test whose server never
+closes the connection."""
+TRICKLE_EVERY_S = 0.3
+"""Well within the request deadline: a deadline renewed by each byte would never pass."""
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 
 pytestmark = pytest.mark.anyio
@@ -160,10 +165,34 @@ def test_a_session_idle_past_the_timeout_is_closed(strict_server: HttpServer) ->
 
 
 def read_until_closed(sock: socket.socket) -> bytes:
+    """What arrives until the server closes (a reset after its answer ends it too: the
+    server closed with trickled bytes unread)."""
     received = b""
-    while chunk := sock.recv(4096):
-        received += chunk
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(4096):
+            received += chunk
     return received
+
+
+@contextlib.contextmanager
+def trickling(sock: socket.socket) -> Iterator[None]:
+    """Send one byte every ``TRICKLE_EVERY_S`` until the block ends or the server closes."""
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(TRICKLE_EVERY_S):
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                return  # The server closed the connection.
+
+    thread = threading.Thread(target=trickle, name="trickle", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @pytest.mark.parametrize(
@@ -181,17 +210,14 @@ def read_until_closed(sock: socket.socket) -> bytes:
 def test_a_request_not_sent_within_the_deadline_is_disconnected(
     strict_server: HttpServer, sent: bytes
 ) -> None:
+    """A request still incomplete at the deadline gets 408 and the connection closes; a
+    started one keeps trickling bytes until then (they do not extend the deadline)."""
     with socket.create_connection(("127.0.0.1", strict_server.port)) as sock:
         sock.settimeout(DISCONNECT_BOUND_S)
-        started = time.monotonic()
         sock.sendall(sent)
-        if sent:
-            time.sleep(0.3)
-            sock.sendall(b"a")  # Trickling bytes does not extend the deadline.
-        answer = read_until_closed(sock)
-        elapsed = time.monotonic() - started
+        with trickling(sock) if sent else contextlib.nullcontext():
+            answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
-    assert REQUEST_TIMEOUT_SECONDS * 0.5 <= elapsed < DISCONNECT_BOUND_S
 
 
 @pytest.mark.parametrize("extra", HEADS_OVER_THE_LIMITS.values(), ids=HEADS_OVER_THE_LIMITS)
