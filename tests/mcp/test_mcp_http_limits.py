@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx2
@@ -35,6 +34,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
     anyio_backend_fixture,
     shared_tree_fixture,
 )
+from rifflux_testing import wait_until
 
 from rifflux.mcp.http import MAX_REQUEST_BODY_BYTES
 
@@ -60,10 +60,15 @@ def capped_server(shared_tree: IndexedTree) -> Iterator[HttpServer]:
 
 
 @pytest.fixture(scope="module")
-def strict_server(shared_tree: IndexedTree) -> Iterator[HttpServer]:
-    """Short idle timeout and request deadline, set through the environment."""
+def strict_server(
+    shared_tree: IndexedTree, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HttpServer]:
+    """Short idle timeout and request deadline, set through the environment; its log at
+    DEBUG, where the SDK says when it closed an idle session."""
     yield from start_http_server(
         shared_tree,
+        log=tmp_path_factory.mktemp("strict") / "server.log",
+        RIFFLUX_LOG_LEVEL="DEBUG",
         RIFFLUX_HTTP_SESSION_IDLE_SECONDS=str(IDLE_SECONDS),
         RIFFLUX_HTTP_REQUEST_TIMEOUT_SECONDS=str(REQUEST_TIMEOUT_SECONDS),
     )
@@ -156,10 +161,14 @@ def test_bodies_sent_a_byte_at_a_time_close_no_session(capped_server: HttpServer
 
 
 def test_a_session_idle_past_the_timeout_is_closed(strict_server: HttpServer) -> None:
+    """The ping goes out once the server has logged the session's idle timeout: a ping
+    before it would itself keep the session alive, however late the timer fired."""
     url = strict_server.url
+    log = strict_server.log
+    assert log is not None
     with httpx2.Client(timeout=10) as client:
         session_id = initialize(client, url)
-        time.sleep(IDLE_SECONDS + 1)
+        wait_until(lambda: f"Session {session_id} idle timeout" in log.read_text(), timeout=120)
         assert ping(client, url, session_id) == 404
         assert ping(client, url, initialize(client, url)) == 200
 
