@@ -3,6 +3,7 @@ client sessions over it (test modules import what they use, as from ``mcp_suppor
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -48,6 +49,8 @@ class HttpServer:
     url: str
     port: int
     pid: int
+    log: Path | None = None
+    """The server's stderr (its log lines), when the test asked for it."""
 
     def rss_kb(self) -> int:
         """The server process's resident memory (``python -m rifflux.mcp`` execs, so the
@@ -81,19 +84,24 @@ def wait_until_listening(proc: subprocess.Popen[bytes], port: int) -> None:
     raise AssertionError(f"server did not answer on {port} within {BOOT_TIMEOUT_S}s")
 
 
-def start_http_server(tree: IndexedTree, **env: str) -> Iterator[HttpServer]:
+def start_http_server(
+    tree: IndexedTree, log: Path | None = None, **env: str
+) -> Iterator[HttpServer]:
+    """A server over ``tree`` on a free port, its stderr written to ``log`` if given."""
     port = free_port()
-    proc = subprocess.Popen(
-        server_command("--transport", "http", "--port", str(port)),
-        env=tree.env(**env),
-        cwd=tree.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with contextlib.ExitStack() as files:
+        stderr = subprocess.DEVNULL if log is None else files.enter_context(log.open("ab"))
+        proc = subprocess.Popen(
+            server_command("--transport", "http", "--port", str(port)),
+            env=tree.env(**env),
+            cwd=tree.root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         wait_until_listening(proc, port)
-        yield HttpServer(url=f"http://127.0.0.1:{port}/mcp", port=port, pid=proc.pid)
+        yield HttpServer(url=f"http://127.0.0.1:{port}/mcp", port=port, pid=proc.pid, log=log)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

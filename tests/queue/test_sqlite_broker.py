@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -119,25 +120,56 @@ def test_actor_out_of_retries_ends_in_dead_letters(broker: SQLiteBroker, worker:
 
 
 def test_long_task_keeps_renewing_its_lease_and_runs_once(tmp_path: Path) -> None:
-    # Renewed every third of the lease: a renewal may come 1.3 s late on a loaded
-    # machine before the message is handed out again.
-    broker = SQLiteBroker(tmp_path / "queue.db", lease_seconds=2.0)
+    """The task runs until its lease has been renewed past two lease lengths, then has a
+    second consumer poll the queue: that consumer gets nothing, and the task ran once.
+
+    The task waits on what the table shows, not on a clock, so a renewal that comes late
+    only makes it wait longer: the second consumer polls right after the task has seen a
+    lease with more than half its length left, whatever the load.
+    """
+    lease = 2.0
+    broker = SQLiteBroker(tmp_path / "queue.db", lease_seconds=lease)
     dramatiq.set_broker(broker)
     runs: list[float] = []
+    seen: dict[str, object] = {}
 
-    @dramatiq.actor(broker=broker)
+    def leased_until(conn: sqlite3.Connection) -> float:
+        row = conn.execute("SELECT leased_until FROM messages WHERE state = 'leased'").fetchone()
+        return row[0]
+
+    @dramatiq.actor(broker=broker, max_retries=0)
     def slow() -> None:
         runs.append(time.time())
-        time.sleep(5.0)  # Outlasts two leases: it runs once only if they were renewed.
+        conn = connect(broker.path)
+        try:
+            first_expiry = leased_until(conn)
+            try:
+                wait_until(
+                    lambda: (
+                        time.time() > first_expiry + lease
+                        and leased_until(conn) - time.time() > lease / 2
+                    ),
+                    interval=0.02,
+                )
+            except AssertionError:
+                seen["renewed"] = False
+                return
+            seen["renewed"] = True
+            competitor = broker.consume("default", timeout=0)
+            seen["competitor_got"] = next(competitor)
+            competitor.close()
+        finally:
+            conn.close()
 
     worker = Worker(broker, worker_threads=2, worker_timeout=100)
     worker.start()
     try:
         slow.send()
-        broker.join("default", timeout=10_000)
+        broker.join("default", timeout=120_000)
     finally:
         worker.stop()
         broker.close()
+    assert seen == {"renewed": True, "competitor_got": None}
     assert len(runs) == 1
 
 

@@ -1,8 +1,11 @@
 """A search loop run as its own process by test_vector_concurrency.py.
 
-Usage: python vector_search_loop.py DB_PATH BASE_DIR READY_FILE STOP_FILE
+Usage: python vector_search_loop.py DB_PATH BASE_DIR READY_FILE STOP_FILE PROGRESS_FILE
 
-Searches until STOP_FILE exists, then prints one JSON report. Two kinds of iteration:
+Searches until STOP_FILE exists, then prints one JSON report; every ``PROGRESS_EVERY``
+searches it writes its progress to PROGRESS_FILE as JSON, ``{"searches": N, "stale": M}``
+(M: how many of its cache-state samples were ``stale``), replaced whole so that a reader
+never sees half of it. Two kinds of iteration:
 
 * strict: the search and every ``get_chunk`` run inside one read transaction on the
   service's connection, so they all see one index generation. Every returned chunk
@@ -16,6 +19,7 @@ Searches until STOP_FILE exists, then prints one JSON report. Two kinds of itera
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 import sys
@@ -36,7 +40,9 @@ WORDS = [
     "amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo",
     "juniper", "kelp", "lagoon", "meadow", "nectar", "onyx", "pollen", "quartz", "raven",
 ]  # fmt: skip
-MAX_SECONDS = 60.0
+MAX_SECONDS = 600.0
+"""Only ends a loop whose test never wrote STOP_FILE."""
+PROGRESS_EVERY = 10
 
 
 def scored_by_own_vector(
@@ -54,7 +60,9 @@ def scored_by_own_vector(
     return cosine == result["score_breakdown"]["cosine"]
 
 
-def main(db_path: str, base_dir: str, ready_file: str, stop_file: str) -> dict[str, object]:
+def main(
+    db_path: str, base_dir: str, ready_file: str, stop_file: str, progress_file: str
+) -> dict[str, object]:
     settings = Settings.from_env().with_overrides(
         db_path=Path(db_path), base_dir=Path(base_dir), embedding_backend="hash"
     )
@@ -100,6 +108,10 @@ def main(db_path: str, base_dir: str, ready_file: str, stop_file: str) -> dict[s
                         moved += 1
             searches += 1
             returned += len(results)
+            if searches % PROGRESS_EVERY == 0:
+                progress = {"searches": searches, "stale": states.get("stale", 0)}
+                Path(progress_file + ".tmp").write_text(json.dumps(progress))
+                os.replace(progress_file + ".tmp", progress_file)
             if i % 10 == 0:
                 state = index_counts(service)["vector_cache"]["state"]
                 states[state] = states.get(state, 0) + 1
@@ -117,4 +129,4 @@ def main(db_path: str, base_dir: str, ready_file: str, stop_file: str) -> dict[s
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:5])))
+    print(json.dumps(main(*sys.argv[1:6])))
