@@ -69,12 +69,12 @@ def busy_within(intervals: list[tuple[float, float]], begin: float, end: float) 
     return covered
 
 
-def run_one(corpus: Path, workers: int, work: Path, backend: str) -> dict[str, Any]:
-    trace = work / f"trace-{workers}"
+def run_one(corpus: Path, workers: int, work: Path, backend: str, run: int) -> dict[str, Any]:
+    trace = work / f"trace-{run}-{workers}"
     trace.mkdir()
     os.environ["CORE_SCALING_TRACE"] = str(trace)
     settings = Settings.from_env().with_overrides(
-        db_path=work / f"index-{workers}" / "index.db",
+        db_path=work / f"index-{run}-{workers}" / "index.db",
         base_dir=corpus.parent,
         embedding_backend=backend,
         workers=workers,
@@ -161,8 +161,8 @@ def main() -> int:
             usable_cpus=len(os.sched_getaffinity(0)),
         )
         base: tuple[int, float] | None = None
-        for workers in args.workers:
-            result = run_one(corpus, workers, work, backend)
+        for run, workers in enumerate(args.workers):
+            result = run_one(corpus, workers, work, backend, run)
             if base is None:
                 base = (workers, result["span_s"])
             result["efficiency"] = round(base[0] * base[1] / (workers * result["span_s"]), 3)
