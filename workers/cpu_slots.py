@@ -28,6 +28,8 @@ from pathlib import Path
 
 import structlog
 
+from rifflux.store.own_files import SLOTS_SUFFIX
+
 log = structlog.get_logger(__name__)
 
 
@@ -41,7 +43,7 @@ def chunk_slot(db_path: str, slots: int | None = None) -> Iterator[None]:
     """Hold one of ``slots`` (default :func:`slot_count`) slots of the index at
     ``db_path`` for the body: a free one if any, else wait for this process's own."""
     count = slot_count() if slots is None else max(1, slots)
-    folder = Path(f"{db_path}.slots")
+    folder = Path(f"{db_path}{SLOTS_SUFFIX}")
     try:
         folder.mkdir(exist_ok=True)
     except OSError as exc:

@@ -3,11 +3,11 @@
 Only these are ignored: the index database and its ``-wal``/``-shm``/``-journal``, the
 SQLite queue and presence databases beside it (or wherever ``RIFFLUX_BROKER_URL`` puts
 the queue) with the queue's doorbell folder (``queue.db.doorbells/``), the published
-vector cache (``<db>.vectors/``) and ``workers.log`` with its rotated copies
-(``workers.log.1`` …). Ignoring the whole directory that holds the index
-instead was wrong as soon as the index lived in a folder above the indexed root
-(``RIFFLUX_DB_PATH=./index.db`` with ``docs/`` watched): every event was dropped. The
-scan and the watcher both ask :meth:`owns`.
+vector cache (``<db>.vectors/``), the workers' chunk-step slots (``<db>.slots/``,
+workers/cpu_slots.py) and ``workers.log`` with its rotated copies (``workers.log.1`` …).
+Ignoring the whole directory that holds the index instead was wrong as soon as the index
+lived in a folder above the indexed root (``RIFFLUX_DB_PATH=./index.db`` with ``docs/``
+watched): every event was dropped. The scan and the watcher both ask :meth:`owns`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 SIBLING_DATABASES = ("queue.db", "workers.db")
 # The folder beside a SQLite queue where consuming processes register (queue/doorbell.py).
 DOORBELL_SUFFIX = ".doorbells"
+# The folder beside the index whose files the workers' chunk steps lock (workers/cpu_slots.py).
+SLOTS_SUFFIX = ".slots"
 # workers.log and its rotated copies (rifflux.logs.RotatingFile).
 SIBLING_FILES = ("workers.log", *(f"workers.log.{n}" for n in range(1, LOG_BACKUPS + 1)))
 
@@ -43,7 +45,7 @@ class IndexFiles:
         files = {f"{base}{suffix}" for base in databases for suffix in SQLITE_SUFFIXES}
         files.update(str(db.parent / name) for name in SIBLING_FILES)
         doorbells = tuple(f"{base}{DOORBELL_SUFFIX}" for base in databases[1:])
-        return cls(frozenset(files), (f"{db}.vectors", *doorbells))
+        return cls(frozenset(files), (f"{db}.vectors", f"{db}{SLOTS_SUFFIX}", *doorbells))
 
     @classmethod
     def for_settings(cls, settings: Settings) -> IndexFiles:

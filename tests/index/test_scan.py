@@ -63,6 +63,7 @@ def test_custom_globs(tmp_path: Path) -> None:
 def test_only_the_index_own_files_are_excluded_wherever_it_lives(tmp_path: Path) -> None:
     write(tmp_path / "a.md")
     write(tmp_path / "index.md.vectors/manifest.md")
+    write(tmp_path / "index.md.slots/slot-0")  # the workers' chunk-step slots
     for name in ("workers.log", "workers.log.1", "workers.log.3"):  # The log and its backups.
         write(tmp_path / name)
     for name in ("index.md", "index.md-wal", "queue.db"):
