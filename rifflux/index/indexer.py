@@ -117,6 +117,8 @@ class Indexer:
             if prune_missing:
                 doomed = doomed_paths(conn, found)
                 report.files_deleted = IndexWriter(conn).delete_files(doomed) if doomed else 0
+            # As a queued job's plan does: index_status counts per indexed root.
+            writer.add_indexed_roots(scan.root_prefixes)
             merge_after_job(conn, report.chunks_written)
             if progress is not None:
                 progress(len(scan.files), len(scan.files))

@@ -14,6 +14,8 @@ from rifflux.embed.hashing import HashEmbedder
 from rifflux.errors import EmbeddingModelMismatch, RootNotFoundError
 from rifflux.index.chunker import chunk_id_for
 from rifflux.index.indexer import Indexer
+from rifflux.store.connection import open_index
+from rifflux.store.reader import IndexReader
 
 
 class CountingEmbedder(HashEmbedder):
@@ -183,3 +185,24 @@ def test_base_dir_is_recorded_on_first_index(
     assert report.files_unchanged == 1
     conn = sqlite3.connect(settings.db_path)
     assert conn.execute("SELECT path FROM files").fetchall() == [("docs/a.md",)]
+
+
+def test_an_in_process_index_records_its_roots_as_a_queued_job_does(tmp_path: Path) -> None:
+    """index_status counts per indexed root: an in-process index names its roots too, so
+    a later queued job over the same roots changes nothing a reader sees."""
+    docs, notes = tmp_path / "docs", tmp_path / "notes"
+    for folder, name in ((docs, "a.md"), (notes, "n.md")):
+        folder.mkdir()
+        (folder / name).write_text(f"# {name}\n\ntext\n")
+    indexer = Indexer(make_settings(tmp_path))
+    indexer.run([docs])
+    indexer.run([docs, notes])
+    conn = open_index(indexer.settings.db_path)
+    try:
+        counts = IndexReader(conn).counts_by_root()
+    finally:
+        conn.close()
+    assert [(c["root"], c["files"], c["chunks"]) for c in counts] == [
+        ("docs", 1, 1),
+        ("notes", 1, 1),
+    ]
