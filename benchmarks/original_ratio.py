@@ -56,14 +56,15 @@ def original_python(dest: Path) -> Path:
 
 
 def server(which: str, args: argparse.Namespace, work: Path) -> StdioServerParameters:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")}
-    env.update(
-        RIFFLUX_DB_PATH=str(work / "index.db"),
-        RIFFLUX_EMBEDDING_BACKEND="hash",
-        RIFFLUX_LOG_LEVEL="WARNING",
-    )
+    settings = {
+        "RIFFLUX_DB_PATH": str(work / "index.db"),
+        "RIFFLUX_EMBEDDING_BACKEND": "hash",
+        "RIFFLUX_LOG_LEVEL": "WARNING",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")} | settings
     if which == "ours":
-        env = checkout_env(args.repo, env, RIFFLUX_ALLOWED_ROOTS=str(args.corpus))
+        # checkout_env drops every inherited RIFFLUX_* variable: the settings go again.
+        env = checkout_env(args.repo, env, RIFFLUX_ALLOWED_ROOTS=str(args.corpus), **settings)
         command = checkout_python(args.repo)
         argv = ["-m", "rifflux.mcp", "--transport", "stdio"]
         cwd = args.repo
