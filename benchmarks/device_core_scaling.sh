@@ -2,8 +2,10 @@
 # The real-ONNX core scaling run for a many-core machine (the 16-core GPU machine of
 # ../shared/NOTES.md): benchmarks/core_scaling.py at each W, pinned to W cores with
 # taskset, one ONNX thread a worker. Builds nothing: the dependencies come as carried
-# cp312 wheels (NOTES.md lists them), installed with --no-index into a folder on
-# PYTHONPATH; Rifflux itself runs from this tree. Writes one JSON file per W under $OUT.
+# cp312 wheels (NOTES.md lists them, plus zstandard, which grep's stored texts need;
+# `benchmarks/gpu_session.sh prepare` downloads them all), installed with --no-index into
+# a folder on PYTHONPATH; Rifflux itself runs from this tree. Writes one JSON file per W
+# under $OUT.
 #
 #   WHEELS=shared/wheels OUT=/tmp/out benchmarks/device_core_scaling.sh
 #
