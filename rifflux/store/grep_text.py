@@ -62,7 +62,7 @@ for a file of 9 kB), which is most of what verifying a candidate costs."""
 BLOCK_CHARS = 2048
 """A trigram block closes at the first line end once it holds this many characters.
 Smaller blocks select fewer candidate files and cost more index bytes (measured in
-docs/architecture.md, "grep_text")."""
+BENCHMARKS.md, "Grep")."""
 SEEK_LIMIT = 4096
 """Matching blocks up to which :func:`candidates` finds their rows one index seek each
 (skipping the rest of a found row's blocks); above it, one ordered pass over every row."""

@@ -326,6 +326,8 @@ CREATE TABLE IF NOT EXISTS grep_text (
     chunk_lines  TEXT NOT NULL,
     -- JSON list: the character offset in the text where each trigram block starts.
     block_starts TEXT NOT NULL,
+    -- The length of block_starts, in a column so grep_text_blocks covers a search's
+    -- block-to-file lookup without reading (or parsing) the row.
     blocks       INTEGER NOT NULL
 );
 
