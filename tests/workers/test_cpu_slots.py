@@ -4,6 +4,9 @@ across threads (each acquisition its own file description) and processes."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -44,3 +47,36 @@ def test_a_folder_that_cannot_be_made_runs_the_step_without_a_slot(tmp_path: Pat
     with chunk_slot(str(blocker / "index.db"), slots=1):
         ran = True
     assert ran
+
+
+def test_a_slot_held_by_a_process_killed_by_sigkill_is_free_again(tmp_path: Path) -> None:
+    db = str(tmp_path / "index.db")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from workers.cpu_slots import chunk_slot\n"
+            f"with chunk_slot({db!r}, slots=1):\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(3600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(60)
+        entered = threading.Event()
+
+        def take() -> None:
+            with chunk_slot(db, slots=1):
+                entered.set()
+
+        threading.Thread(target=take, daemon=True).start()
+        assert entered.wait(60), "the killed process's slot is still held"
+    finally:
+        holder.kill()
+        holder.wait(60)
