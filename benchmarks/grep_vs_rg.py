@@ -52,7 +52,7 @@ from rifflux.config import Settings
 from rifflux.index.indexer import Indexer
 from rifflux.store import grep_text
 
-GREP_TABLES = ("grep_text", "grep_trigrams")
+GREP_TABLES = ("grep_",)
 # Regex shapes over sampled words, in RE2 and Rust regex alike (no \w, \s, \d, \b: their
 # Unicode reach differs between the two engines).
 REGEX_TEMPLATES = (

@@ -30,6 +30,7 @@ from rifflux.index.pipeline import (
 from rifflux.index.prepare import chunk_file, embed_texts
 from rifflux.index.report import IndexReport
 from rifflux.index.scan import SkippedFile
+from rifflux.store import grep_text
 from rifflux.store.connection import open_index
 from rifflux.store.segments import merge_after_job
 from rifflux.store.writer import IndexWriter
@@ -143,14 +144,17 @@ class Indexer:
     def _write_rows(
         self, writer: IndexWriter, works: list[FileWork], label: str, report: IndexReport
     ) -> None:
-        files = [
-            chunk_file(
-                work,
-                max_chars=self.settings.max_chunk_chars,
-                min_chars=self.settings.min_chunk_chars,
-            )
-            for work in works
-        ]
+        files = grep_text.compressed(
+            writer.conn,
+            [
+                chunk_file(
+                    work,
+                    max_chars=self.settings.max_chunk_chars,
+                    min_chars=self.settings.min_chunk_chars,
+                )
+                for work in works
+            ],
+        )
         with writer.transaction():
             stats = writer.write_rows(files, label)
         report.skipped += [SkippedFile(s["path"], s["reason"]) for s in front_matter_skips(files)]

@@ -67,7 +67,7 @@ from rifflux.index.planner import (
 from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
 from rifflux.index.units import deal, units_for
-from rifflux.store import jobs
+from rifflux.store import grep_text, jobs
 from rifflux.store.connection import open_index, transaction, tune_for_batch_writes
 from rifflux.store.knowledge import stale_paths
 from rifflux.store.own_files import IndexFiles
@@ -563,10 +563,13 @@ def chunk(
             [real(p) for p in job.roots],
             allow_secret_paths=spec.allow_secret_paths,
         )
-        files = [
-            chunk_file(work, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars)
-            for work in works
-        ]
+        files = grep_text.compressed(
+            conn,
+            [
+                chunk_file(work, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars)
+                for work in works
+            ],
+        )
         inline = inline_embedder
         if inline is not None and inline.label != request.model:
             inline = None

@@ -69,7 +69,6 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
         knowledge=classify(work.rel_path, front, [chunk.content for chunk in parts]),
         front_matter_problem=front.problem,
         text=text,
-        text_blob=grep_text.compress(text),
         chunk_lines=chunk_lines(front.body, [chunk.start for chunk in parts]),
         block_starts=tuple(grep_text.block_starts(text)),
     )

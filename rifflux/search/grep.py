@@ -3,9 +3,9 @@
 A pattern is planned into the trigrams its every match must contain (Russ Cox, "Regular
 Expression Matching with a Trigram Index"): the literal itself, or for a regex an AND/OR
 of the literal strings its matches require, read from Python's own regex parser. The
-trigram table (rifflux.store.grep_text) names the files with a block of lines holding
-them; each candidate's stored text is then searched with the exact pattern. A pattern
-that requires no string of three characters or more is searched in every file's text
+trigram table (rifflux.store.grep_text) names the blocks of lines holding them; each
+candidate block's stored text is then searched with the exact pattern. A pattern that
+requires no string of three characters or more is searched in every block of every file
 ("scanned": true).
 
 Invariants:
@@ -15,10 +15,11 @@ Invariants:
   one entry is reported per matching line, at its first match. ``line`` and ``column``
   are 1-based; ``column`` counts characters (code points), not bytes.
 * Verification runs in RE2 (linear in the text whatever the pattern: ``(a+)+$`` cannot
-  backtrack) over the UTF-8 bytes of one file at a time: only on the lines that hold a
+  backtrack) over the UTF-8 bytes of one block at a time (whole lines, so a match lies
+  in one block): only on the lines that hold a
   literal every match needs (:func:`line_literals`, found by ``bytes.find``), else in
   windows of whole lines of ``WINDOW_BYTES``; the deadline is checked between windows
-  (or lines) and files, and when it passes the matches found so far are returned with
+  (or lines) and blocks, and when it passes the matches found so far are returned with
   ``truncated`` and a ``warning``.
   RE2 releases the GIL while it searches, so other calls keep being served. Its syntax
   is ripgrep's (no look-around, no backreferences): such a pattern is refused in one line.
@@ -562,8 +563,8 @@ def _context(data: bytes, line_start: int, count: int) -> tuple[list[str], list[
 # -- the search ------------------------------------------------------------------------
 
 TEXT_CACHE_BYTES = 64 << 20
-"""Decompressed texts a process keeps (:class:`TextCache`): a warm grep verifies its
-candidates without inflating them again (Zstandard, ~12 us for a file of 9 kB)."""
+"""Decompressed blocks a process keeps (:class:`TextCache`): a warm grep verifies its
+candidates without inflating them again."""
 
 
 class Text(NamedTuple):
@@ -575,9 +576,10 @@ class Text(NamedTuple):
 
 
 class TextCache:
-    """Stored texts by the sha256 of their file, bounded in bytes; thread-safe.
+    """Stored block texts by the sha256 of their file and their place in it
+    (``sha256:k``), bounded in bytes; thread-safe.
 
-    A text is a function of its file's bytes, so a key never goes stale and the cache
+    A block's text is a function of its file's bytes, so a key never goes stale and the cache
     serves every index of the process: a rewritten file has another sha256. Past the
     bound a random entry goes, not the least recently used: a grep reads its candidates
     in path order, so when they outnumber the cache, least-recently-used would drop each
@@ -698,56 +700,60 @@ def _collect(
     conn: sqlite3.Connection,
     request: GrepRequest,
     matcher: Matcher,
-    files: Sequence[tuple[int, int, str, str]],
+    files: Sequence[grep_text.FileBlocks],
     globs: tuple[GlobMatcher, ...],
     deadline: Deadline,
     admit: Callable[[str], bool],
 ) -> _Collected:
     out = _Collected([])
-    for row_id, file_id, path, sha256 in files:
+    reader = grep_text.BlockReader(conn)
+    for file in files:
         if deadline.expired():
             out.stopped = out.truncated = True
             return out
-        if globs and not any(g.matches(path) for g in globs):
+        if globs and not any(g.matches(file.path) for g in globs):
             continue
-        data, folds = TEXTS.get(sha256, functools.partial(grep_text.read_text, conn, row_id))
-        hits = matcher.hits(data, deadline.expired, folds=folds)
-        first = next(hits, None)
-        if first is None:
+        placed: _FilePlace | None = None
+        for block_id in file.blocks:
+            k = block_id - file.first_block
+            data, folds = TEXTS.get(f"{file.sha256}:{k}", functools.partial(reader.block, block_id))
+            hits = matcher.hits(data, deadline.expired, folds=folds)
+            first = next(hits, None)
+            if first is None:
+                if deadline.expired():
+                    out.stopped = out.truncated = True
+                    return out
+                continue
+            if placed is None:
+                if not admit(file.path):
+                    break
+                placed = _FilePlace(conn, reader, file, request.context_lines)
+            if len(out.matches) >= request.max_matches:
+                out.truncated = True  # one more matching line exists
+                return out
+            line, counted = placed.block_lines[k], 0
+            for line_start, start in _chain(first, hits):
+                if len(out.matches) >= request.max_matches:
+                    out.truncated = True
+                    return out
+                line += data.count(b"\n", counted, line_start)
+                counted = line_start
+                entry = placed.entry(data, k, line, line_start, start)
+                out.chars += _chars(entry)
+                if out.chars > MAX_RESPONSE_CHARS:
+                    out.truncated = True
+                    return out
+                if request.max_tokens is not None:
+                    # A lower bound of what the entry adds to the answer: once they pass
+                    # max_tokens, no further entry can be kept (fit_matches cuts the rest).
+                    out.tokens += response_tokens(entry) - JOIN_SAVING_TOKENS
+                    if out.tokens > request.max_tokens:
+                        out.truncated = True
+                        return out
+                out.matches.append(entry)
             if deadline.expired():
                 out.stopped = out.truncated = True
                 return out
-            continue
-        if not admit(path):
-            continue
-        if len(out.matches) >= request.max_matches:
-            out.truncated = True  # one more matching line exists
-            return out
-        chunks = _FileChunks(conn, file_id)
-        chunk_lines = grep_text.chunk_lines(conn, row_id)
-        line, counted = 1, 0
-        for line_start, start in _chain(first, hits):
-            if len(out.matches) >= request.max_matches:
-                out.truncated = True
-                return out
-            line += data.count(b"\n", counted, line_start)
-            counted = line_start
-            entry = _entry(data, path, line, line_start, start, chunk_lines, chunks, request)
-            out.chars += _chars(entry)
-            if out.chars > MAX_RESPONSE_CHARS:
-                out.truncated = True
-                return out
-            if request.max_tokens is not None:
-                # A lower bound of what the entry adds to the answer: once they pass
-                # max_tokens, no further entry can be kept (fit_matches cuts the rest).
-                out.tokens += response_tokens(entry) - JOIN_SAVING_TOKENS
-                if out.tokens > request.max_tokens:
-                    out.truncated = True
-                    return out
-            out.matches.append(entry)
-        if deadline.expired():
-            out.stopped = out.truncated = True
-            return out
     return out
 
 
@@ -756,51 +762,66 @@ def _chain(first: tuple[int, int], rest: Iterator[tuple[int, int]]) -> Iterator[
     yield from rest
 
 
-def _entry(
-    data: bytes,
-    path: str,
-    line: int,
-    line_start: int,
-    start: int,
-    chunk_lines: Sequence[int],
-    chunks: _FileChunks,
-    request: GrepRequest,
-) -> dict[str, Any]:
-    column = len(data[line_start:start].decode("utf-8", "replace")) + 1
-    before, after = _context(data, line_start, request.context_lines)
-    # Lines above the first chunk (front matter) belong to the file's first chunk, whose
-    # lexical fields hold the front matter's title and description.
-    index = max(bisect_right(chunk_lines, line) - 1, 0)
-    chunk_id, heading_path = None, None
-    chunk = chunks.get(index)
-    if chunk is not None:
-        chunk_id, heading_path, headings, content = chunk
-        first = chunk_lines[index] if index < len(chunk_lines) else line
-        heading_path = _heading_at(line - first, content, headings, heading_path)
-    return {
-        "path": path,
-        "line": line,
-        "column": column,
-        "text": _cut(_line_at(data, line_start), column),
-        "before": before,
-        "after": after,
-        "chunk_id": chunk_id,
-        "heading_path": heading_path,
-    }
+class _FilePlace:
+    """What places a match of one file: its blocks' and chunks' first lines, its chunks
+    (each read when a match first needs it), and for context lines its whole text (read
+    once: context may reach into the blocks around a match's)."""
 
-
-class _FileChunks:
-    """One file's chunks, each read when a match first needs it."""
-
-    def __init__(self, conn: sqlite3.Connection, file_id: int) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        reader: grep_text.BlockReader,
+        file: grep_text.FileBlocks,
+        context_lines: int,
+    ) -> None:
         self.conn = conn
-        self.file_id = file_id
-        self._read: dict[int, tuple[str, str, str, str] | None] = {}
+        self.reader = reader
+        self.file = file
+        self.context_lines = context_lines
+        self.block_lines = [int(n) for n in json.loads(file.block_lines)]
+        self.chunk_lines = [int(n) for n in json.loads(file.chunk_lines)]
+        self._chunks: dict[int, tuple[str, str, str, str] | None] = {}
+        self._whole: tuple[bytes, list[int]] | None = None
 
-    def get(self, index: int) -> tuple[str, str, str, str] | None:
-        if index not in self._read:
-            self._read[index] = grep_text.chunk_at(self.conn, self.file_id, index)
-        return self._read[index]
+    def chunk(self, index: int) -> tuple[str, str, str, str] | None:
+        if index not in self._chunks:
+            self._chunks[index] = grep_text.chunk_at(self.conn, self.file.file_id, index)
+        return self._chunks[index]
+
+    def context(self, k: int, line_start: int) -> tuple[list[str], list[str]]:
+        """The context lines around the line at ``line_start`` of block ``k``."""
+        if self._whole is None:
+            texts = self.reader.blocks(self.file.first_block, self.file.block_count)
+            offsets = [0]
+            for text in texts:
+                offsets.append(offsets[-1] + len(text))
+            self._whole = b"".join(texts), offsets
+        whole, offsets = self._whole
+        return _context(whole, offsets[k] + line_start, self.context_lines)
+
+    def entry(self, data: bytes, k: int, line: int, line_start: int, start: int) -> dict[str, Any]:
+        column = len(data[line_start:start].decode("utf-8", "replace")) + 1
+        before, after = self.context(k, line_start) if self.context_lines else ([], [])
+        # Lines above the first chunk (front matter) belong to the file's first chunk,
+        # whose lexical fields hold the front matter's title and description.
+        chunk_lines = self.chunk_lines
+        index = max(bisect_right(chunk_lines, line) - 1, 0)
+        chunk_id, heading_path = None, None
+        chunk = self.chunk(index)
+        if chunk is not None:
+            chunk_id, heading_path, headings, content = chunk
+            first = chunk_lines[index] if index < len(chunk_lines) else line
+            heading_path = _heading_at(line - first, content, headings, heading_path)
+        return {
+            "path": self.file.path,
+            "line": line,
+            "column": column,
+            "text": _cut(_line_at(data, line_start), column),
+            "before": before,
+            "after": after,
+            "chunk_id": chunk_id,
+            "heading_path": heading_path,
+        }
 
 
 def _heading_at(offset: int, content: str, headings: str, heading_path: str) -> str:

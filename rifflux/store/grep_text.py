@@ -1,54 +1,64 @@
-"""Each file's whole text as indexed, and the trigram index that finds it: what exact and
-regex search (rifflux.search.grep) answers from.
+"""Each file's whole text as indexed, in blocks of whole lines, and the trigram index that
+finds the blocks: what exact and regex search (rifflux.search.grep) answers from.
 
 Tables (schema.py's ``GREP_SQL``, added to older indexes through ``ADDED_TABLES``):
 
-* ``grep_text``: one row per file written since the table exists: the file's text as the
-  indexer read it (newlines as ``\\n``, no byte order mark; front matter included, which
-  chunks leave out), UTF-8 and Zstandard-compressed; the ``sha256`` of the file it was read
-  from; ``chunk_lines``, the 1-based line where each chunk starts (JSON list, by
-  ``chunk_index``), which tells a line of the file its chunk; ``block_starts``, where each
-  of its trigram blocks starts (:func:`block_starts`), and their number.
-* ``grep_trigrams``: FTS5's ``trigram`` tokenizer over the blocks, one row per block,
-  contentless and ``detail=none``: it answers "which blocks hold every one of these
-  trigrams", case-insensitively, and nothing more; the caller verifies. A block is whole
-  lines, so every match (which never spans a line break) lies in one block: a block
-  row is far more selective than a file row, since the trigrams of a literal must then
-  occur within a few lines of each other, not anywhere in the file.
+* ``grep_files``: one row per file written since the tables exist: the ``sha256`` of the
+  file its text was read from; ``chunk_lines``, the 1-based line where each chunk starts
+  (JSON list, by ``chunk_index``), which tells a line of the file its chunk; its blocks'
+  ids ``first_block`` .. ``first_block + blocks - 1`` and ``block_lines``, the 1-based
+  line where each starts (JSON list).
+* ``grep_blocks``: one row per block of a file's text as the indexer read it (newlines as
+  ``\\n``, no byte order mark, front matter included, which chunks leave out): whole lines
+  closed at the first line end past ``BLOCK_CHARS`` characters (:func:`block_starts`),
+  UTF-8 and Zstandard-compressed, with the ``grep_dictionaries`` row it was compressed
+  with (NULL: none).
+* ``grep_dictionaries``: Zstandard dictionaries trained on the blocks of the first batch
+  written with enough text (:func:`codec_for`). Blocks of ~2 KB compress poorly on their
+  own; with a dictionary of the corpus's common strings they take 0.39x / 0.42x of their
+  text (awesome-copilot / generated text) against 0.48x / 0.56x without (BENCHMARKS.md,
+  "Grep").
+* ``grep_block_trigrams``: FTS5's ``trigram`` tokenizer over the blocks, rowid the
+  block's id, contentless and ``detail=none``: it answers "which blocks hold every one of
+  these trigrams", case-insensitively, and nothing more; the caller verifies each block.
+  A match never spans a line break and a block is whole lines, so every match lies in
+  one block: the trigrams of a literal must occur within a few lines of each other, and
+  a candidate costs the verification of ~2 KB, not of its whole file.
 
 Invariants:
 
-* A file's blocks have the consecutive rowids ``id`` .. ``id + blocks - 1`` of its
-  ``grep_text`` row. The writer gives every row it writes a new range above every range
-  given before (reserved in ``sqlite_sequence``), so a block rowid belongs to the row with
-  the greatest ``id`` not above it, when it lies within that row's range.
-* The writer replaces a file's row and its trigram rows in the transaction that replaces
+* A file's blocks have the consecutive ids ``first_block`` .. ``first_block + blocks - 1``;
+  ids are never reused (AUTOINCREMENT), so a trigram row or block row left by a delete
+  that bypassed the writer names a block outside every file's range, which
+  :func:`candidates` drops.
+* The writer replaces a file's rows and its trigram rows in the transaction that replaces
   its chunks (:func:`write_files`), and removes them before it deletes the file
   (:func:`forget_files`): a contentless table can only unlearn a row given the very text
-  it was told, which the stored text and block starts give back. A file is grep-able
-  exactly when its chunks are keyword-searchable.
-* A delete that bypasses the writer (a cascade from ``files``) leaves the trigram rows
-  behind; ids are never reused, so such rows only ever name a range no row owns, which
-  :func:`candidates` drops.
-* A file whose row is missing, or whose ``sha256`` is not the file's (written by a
-  Rifflux without the table), is stale: :func:`stale_paths` lists it, and the next job
-  re-chunks it as it does a file without knowledge rows.
+  it was told, which the stored blocks give back. A file is grep-able exactly when its
+  chunks are keyword-searchable.
+* A file whose ``grep_files`` row is missing, or whose ``sha256`` is not the file's
+  (written by a Rifflux without the tables), is stale: :func:`stale_paths` lists it, and
+  the next job re-chunks it as it does a file without knowledge rows.
+* A dictionary row never changes once written; a block names the one it needs.
 * A reader of an index without the tables (:func:`has_grep`) is told to reindex.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import sqlite3
 import threading
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import zstandard
 
+from rifflux.store.rows import PreparedFile
 from rifflux.store.schema import (
-    GREP_INDEX,
+    DICTIONARY_TABLE,
+    GREP_BLOCKS,
     GREP_TABLE,
     OLD_GREP_TABLES,
     TRIGRAM_TABLE,
@@ -56,27 +66,28 @@ from rifflux.store.schema import (
 )
 
 COMPRESSION_LEVEL = 3
-"""Zstandard level of the stored text: 0.38x the text's bytes on awesome-copilot, as
-zlib's level 6 (0.36x), and a search inflates a candidate ~3x faster (12 against 40 us
-for a file of 9 kB), which is most of what verifying a candidate costs."""
+"""Zstandard level of the stored blocks: levels 6 and 9 store 0.02x / 0.03x less of the
+text at 3x / 6x the compression CPU."""
 BLOCK_CHARS = 2048
 """A trigram block closes at the first line end once it holds this many characters.
-Smaller blocks select fewer candidate files and cost more index bytes (measured in
+Smaller blocks make fewer and cheaper candidates and cost more index bytes (measured in
 BENCHMARKS.md, "Grep")."""
-SEEK_LIMIT = 4096
-"""Matching blocks up to which :func:`candidates` finds their rows one index seek each
-(skipping the rest of a found row's blocks); above it, one ordered pass over every row."""
+DICTIONARY_BYTES = 112 * 1024
+"""The size of a trained dictionary (Zstandard's default)."""
+MIN_TRAINING_BYTES = 256 * 1024
+"""Text a batch needs to train a dictionary on; a smaller one compresses without."""
+MIN_TRAINING_BLOCKS = 64
 
 
 def has_grep(conn: sqlite3.Connection) -> bool:
-    """Whether the index has ``grep_text`` and ``grep_trigrams`` (created together)."""
+    """Whether the index has the grep tables (created together)."""
     return has_schema_object(conn, "table", GREP_TABLE)
 
 
 def drop_old_tables(conn: sqlite3.Connection) -> int:
-    """Drop the per-file trigram tables an older index has (schema.py's
-    ``OLD_GREP_TABLES``), when the block tables are added; the next job rewrites every
-    file's rows, as none is current. Returns the rows filled: none."""
+    """Drop the tables of the same role an older index has (schema.py's
+    ``OLD_GREP_TABLES``), when these are added; the next job rewrites every file's rows,
+    as none is current. Returns the rows filled: none."""
     for table in OLD_GREP_TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
     return 0
@@ -99,63 +110,208 @@ def blocks_of(text: str, starts: Sequence[int]) -> list[str]:
     return [text[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
-_codecs = threading.local()
+def block_lines(text: str, starts: Sequence[int]) -> list[int]:
+    """The 1-based line of ``text`` where each block starting at ``starts`` begins."""
+    lines = []
+    line, at = 1, 0
+    for start in starts:
+        line += text.count("\n", at, start)
+        at = start
+        lines.append(line)
+    return lines
 
 
-def compress(text: str) -> bytes:
-    return _codec()[0].compress(text.encode("utf-8"))
+# -- compression ------------------------------------------------------------------------
+
+_local = threading.local()  # a Zstandard (de)compressor is not safe to share between threads
 
 
-def decompress(blob: bytes) -> bytes:
-    """The stored text as UTF-8 bytes."""
-    return bytes(_codec()[1].decompress(blob))
+def _compressor(dictionary: bytes) -> zstandard.ZstdCompressor:
+    """This thread's compressor for ``dictionary`` (empty: none), kept for the last one."""
+    cached = getattr(_local, "compressor", None)
+    if cached is None or (cached[0] is not dictionary and cached[0] != dictionary):
+        compressor = zstandard.ZstdCompressor(
+            level=COMPRESSION_LEVEL,
+            dict_data=zstandard.ZstdCompressionDict(dictionary) if dictionary else None,
+            write_checksum=False,
+            write_dict_id=False,
+        )
+        cached = (dictionary, compressor)
+        _local.compressor = cached
+    return cached[1]
 
 
-def _codec() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-    """This thread's Zstandard compressor and decompressor (an instance is not safe to
-    share between threads)."""
-    codec = getattr(_codecs, "pair", None)
-    if codec is None:
-        codec = (zstandard.ZstdCompressor(level=COMPRESSION_LEVEL), zstandard.ZstdDecompressor())
-        _codecs.pair = codec
-    return codec
+def _decompressor(dictionary: bytes) -> zstandard.ZstdDecompressor:
+    """This thread's decompressor for ``dictionary`` (empty: none), by its digest."""
+    cache: dict[bytes, zstandard.ZstdDecompressor] | None = getattr(_local, "decompressors", None)
+    if cache is None:
+        cache = {}
+        _local.decompressors = cache
+    key = hashlib.blake2b(dictionary, digest_size=16).digest()
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= 8:
+            cache.clear()
+        found = (
+            zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(dictionary))
+            if dictionary
+            else zstandard.ZstdDecompressor()
+        )
+        cache[key] = found
+    return found
 
 
-def _forget(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes, str]]) -> None:
-    """Unlearn the trigram rows of ``(grep_text.id, compressed text, block_starts)``."""
-    deletes = []
-    for row_id, blob, starts in rows:
-        text = decompress(blob).decode("utf-8")
-        blocks = blocks_of(text, [int(n) for n in json.loads(starts)])
-        deletes += [(row_id + k, block) for k, block in enumerate(blocks)]
-    conn.executemany(
-        f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, text) VALUES ('delete', ?, ?)",
-        deletes,
-    )
+def compress(block: str, dictionary: bytes = b"") -> bytes:
+    return _compressor(dictionary).compress(block.encode("utf-8"))
 
 
-def _next_id(conn: sqlite3.Connection) -> int:
-    """The first ``grep_text.id`` no row has ever had."""
-    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (GREP_TABLE,)).fetchone()
-    return 1 if row is None else int(row[0]) + 1
+def codec_for(conn: sqlite3.Connection, samples: Sequence[str]) -> bytes:
+    """The dictionary to compress a batch's blocks with (empty: none): the index's first,
+    else one trained on ``samples`` (the batch's blocks) when they hold enough text. The
+    writer stores a trained one with the rows that use it (:func:`write_files`); workers
+    that train before the first is stored each store their own."""
+    row = conn.execute(f"SELECT data FROM {DICTIONARY_TABLE} ORDER BY id LIMIT 1").fetchone()
+    if row is not None:
+        return bytes(row[0])
+    if len(samples) < MIN_TRAINING_BLOCKS or sum(map(len, samples)) < MIN_TRAINING_BYTES:
+        return b""
+    try:
+        trained = zstandard.train_dictionary(
+            DICTIONARY_BYTES, [s.encode("utf-8") for s in samples], level=COMPRESSION_LEVEL
+        )
+    except zstandard.ZstdError:
+        return b""  # samples Zstandard cannot train on (too alike, too few)
+    return trained.as_bytes()
+
+
+def compressed(conn: sqlite3.Connection, files: Sequence[PreparedFile]) -> list[PreparedFile]:
+    """``files`` with their blocks compressed (``block_blobs``, ``dictionary``): done by
+    the worker that chunks a batch, before the write lock is taken."""
+    if not has_grep(conn):
+        return list(files)
+    blocks = [
+        blocks_of(f.text, f.block_starts or block_starts(f.text))
+        for f in files
+        if f.text is not None
+    ]
+    dictionary = codec_for(conn, [b for file_blocks in blocks for b in file_blocks])
+    made = iter(blocks)
+    return [
+        f
+        if f.text is None
+        else dataclasses.replace(
+            f,
+            block_blobs=tuple(compress(b, dictionary) for b in next(made)),
+            dictionary=dictionary,
+        )
+        for f in files
+    ]
+
+
+class BlockReader:
+    """Reads blocks' text as UTF-8 bytes, loading the dictionaries it needs once."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._dictionaries: dict[int, bytes] = {}
+
+    def _dictionary(self, dictionary_id: int | None) -> bytes:
+        if dictionary_id is None:
+            return b""
+        found = self._dictionaries.get(dictionary_id)
+        if found is None:
+            row = self.conn.execute(
+                f"SELECT data FROM {DICTIONARY_TABLE} WHERE id = ?", (dictionary_id,)
+            ).fetchone()
+            found = b"" if row is None else bytes(row[0])
+            self._dictionaries[dictionary_id] = found
+        return found
+
+    def inflate(self, dictionary_id: int | None, blob: bytes) -> bytes:
+        return bytes(_decompressor(self._dictionary(dictionary_id)).decompress(blob))
+
+    def block(self, block_id: int) -> bytes:
+        """One block's text (empty when the row is gone)."""
+        row = self.conn.execute(
+            f"SELECT dictionary, text FROM {GREP_BLOCKS} WHERE id = ?", (block_id,)
+        ).fetchone()
+        return b"" if row is None else self.inflate(row[0], row[1])
+
+    def blocks(self, first: int, count: int) -> list[bytes]:
+        """The texts of the blocks ``first`` .. ``first + count - 1``, in order."""
+        rows = self.conn.execute(
+            f"SELECT dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ? ORDER BY id",
+            (first, first + count - 1),
+        )
+        return [self.inflate(dictionary_id, blob) for dictionary_id, blob in rows]
+
+
+# -- writing ----------------------------------------------------------------------------
 
 
 class TextRow(NamedTuple):
-    """One file's grep rows to write: its text, that text compressed (:func:`compress`)
-    and its blocks' starts (:func:`block_starts`), both made ahead by the caller outside
-    the write lock, and its chunks' first lines."""
+    """One file's grep rows to write: its text, its blocks' starts and compressed texts
+    with the dictionary they used (:func:`compressed`: made by the caller outside the
+    write lock; compressed here when empty), and its chunks' first lines."""
 
     file_id: int
     sha256: str
     text: str
-    blob: bytes
     chunk_lines: Sequence[int]
     block_starts: Sequence[int] = ()
+    block_blobs: Sequence[bytes] = ()
+    dictionary: bytes = b""
+
+
+def _forget(conn: sqlite3.Connection, ranges: Iterable[tuple[int, int]]) -> None:
+    """Unlearn the trigram rows of the blocks in ``(first_block, blocks)`` ranges and
+    delete the blocks."""
+    reader = BlockReader(conn)
+    deletes: list[tuple[int, str]] = []
+    spans = [(first, count) for first, count in ranges if count]
+    for first, count in spans:
+        rows = conn.execute(
+            f"SELECT id, dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ? ORDER BY id",
+            (first, first + count - 1),
+        )
+        deletes += [(int(i), reader.inflate(d, blob).decode("utf-8")) for i, d, blob in rows]
+    conn.executemany(
+        f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, text) VALUES ('delete', ?, ?)",
+        deletes,
+    )
+    conn.executemany(
+        f"DELETE FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ?",
+        [(first, first + count - 1) for first, count in spans],
+    )
+
+
+def _dictionary_id(conn: sqlite3.Connection, data: bytes, known: dict[bytes, int]) -> int | None:
+    """The ``grep_dictionaries`` id of ``data`` (stored now if new); None for none."""
+    if not data:
+        return None
+    if data not in known:
+        row = conn.execute(f"SELECT id FROM {DICTIONARY_TABLE} WHERE data = ?", (data,)).fetchone()
+        known[data] = (
+            int(row[0])
+            if row is not None
+            else int(
+                conn.execute(
+                    f"INSERT INTO {DICTIONARY_TABLE}(data) VALUES (?) RETURNING id", (data,)
+                ).fetchone()[0]
+            )
+        )
+    return known[data]
+
+
+def _next_block_id(conn: sqlite3.Connection) -> int:
+    """The first ``grep_blocks.id`` no row has ever had."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (GREP_BLOCKS,)).fetchone()
+    return 1 if row is None else int(row[0]) + 1
 
 
 def write_files(conn: sqlite3.Connection, files: Sequence[TextRow]) -> None:
-    """Replace the text and trigram rows of ``files`` (inside the transaction writing
-    their chunks, after every other statement of it).
+    """Replace the grep rows of ``files`` (inside the transaction writing their chunks,
+    after every other statement of it).
 
     Every trigram change goes in last and together, the old rows' ``'delete'`` commands
     then the new rows by ascending rowid: SQLite's FTS5 writes its pending postings as a
@@ -163,150 +319,156 @@ def write_files(conn: sqlite3.Connection, files: Sequence[TextRow]) -> None:
     and whenever a rowid is not above the last one written, so trigram rows written per
     file between the other rows of a batch became a segment per file, which automerge
     then merged over and over (most of the index time the table cost). A rewritten file
-    gets a new row and a new range of block rowids, above every earlier one."""
+    gets new blocks, with ids above every earlier one."""
     if not files:
         return
     file_ids = json.dumps([f.file_id for f in files])
     old = conn.execute(
-        f"SELECT id, text, block_starts FROM {GREP_TABLE} "
-        "WHERE file_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+        f"SELECT first_block, blocks FROM {GREP_TABLE} "
+        "WHERE file_id IN (SELECT value FROM json_each(?)) ORDER BY first_block",
         (file_ids,),
     ).fetchall()
-    _forget(conn, old)
+    _forget(conn, [(int(first), int(count)) for first, count in old])
     conn.execute(
-        f"DELETE FROM {GREP_TABLE} WHERE id IN (SELECT value FROM json_each(?))",
-        (json.dumps([int(row[0]) for row in old]),),
+        f"DELETE FROM {GREP_TABLE} WHERE file_id IN (SELECT value FROM json_each(?))", (file_ids,)
     )
-    next_id = _next_id(conn)
-    text_rows = []
+    next_id = _next_block_id(conn)
+    dictionaries: dict[bytes, int] = {}
+    file_rows = []
+    block_rows = []
     trigram_rows: list[tuple[int, str]] = []
     for f in files:
         starts = list(f.block_starts) or block_starts(f.text)
-        text_rows.append(
+        blocks = blocks_of(f.text, starts)
+        blobs, dictionary = f.block_blobs, f.dictionary
+        if len(blobs) != len(blocks):
+            blobs, dictionary = [compress(b) for b in blocks], b""
+        dictionary_id = _dictionary_id(conn, dictionary, dictionaries)
+        file_rows.append(
             (
-                next_id,
                 f.file_id,
                 f.sha256,
-                f.blob or compress(f.text),
                 json.dumps(list(f.chunk_lines), separators=(",", ":")),
-                json.dumps(starts, separators=(",", ":")),
-                len(starts),
+                next_id,
+                len(blocks),
+                json.dumps(block_lines(f.text, starts), separators=(",", ":")),
             )
         )
-        trigram_rows += [(next_id + k, b) for k, b in enumerate(blocks_of(f.text, starts))]
-        next_id += len(starts)
+        for k, (block, blob) in enumerate(zip(blocks, blobs, strict=True)):
+            block_rows.append((next_id + k, f.file_id, dictionary_id, blob))
+            trigram_rows.append((next_id + k, block))
+        next_id += len(blocks)
     conn.executemany(
-        f"INSERT INTO {GREP_TABLE}(id, file_id, sha256, text, chunk_lines, block_starts, "
-        "blocks) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        text_rows,
+        f"INSERT INTO {GREP_TABLE}(file_id, sha256, chunk_lines, first_block, blocks, "
+        "block_lines) VALUES (?, ?, ?, ?, ?, ?)",
+        file_rows,
     )
-    # Reserve every block rowid given, not only the rows' ids (module docstring).
-    conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (next_id - 1, GREP_TABLE))
+    conn.executemany(
+        f"INSERT INTO {GREP_BLOCKS}(id, file_id, dictionary, text) VALUES (?, ?, ?, ?)",
+        block_rows,
+    )
     conn.executemany(f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) VALUES (?, ?)", trigram_rows)
 
 
 def forget_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:
-    """Remove the text and trigram rows of the files at ``paths`` (before deleting them)."""
+    """Remove the grep rows of the files at ``paths`` (before deleting them)."""
     if not paths or not has_grep(conn):
         return
     rows = conn.execute(
-        f"SELECT t.id, t.text, t.block_starts FROM {GREP_TABLE} t "
-        "JOIN files f ON f.id = t.file_id WHERE f.path IN (SELECT value FROM json_each(?)) "
-        "ORDER BY t.id",
+        f"SELECT g.file_id, g.first_block, g.blocks FROM {GREP_TABLE} g "
+        "JOIN files f ON f.id = g.file_id WHERE f.path IN (SELECT value FROM json_each(?)) "
+        "ORDER BY g.first_block",
         (json.dumps(list(paths)),),
     ).fetchall()
-    _forget(conn, rows)
+    _forget(conn, [(int(first), int(count)) for _id, first, count in rows])
     conn.execute(
-        f"DELETE FROM {GREP_TABLE} WHERE id IN (SELECT value FROM json_each(?))",
+        f"DELETE FROM {GREP_TABLE} WHERE file_id IN (SELECT value FROM json_each(?))",
         (json.dumps([int(row[0]) for row in rows]),),
     )
 
 
 def stale_paths(conn: sqlite3.Connection) -> set[str]:
-    """Stored files without a text row of their current content (module docstring)."""
+    """Stored files without grep rows of their current content (module docstring)."""
     if not has_grep(conn):
         return set()
     rows = conn.execute(
-        f"SELECT f.path FROM files f LEFT JOIN {GREP_TABLE} t ON t.file_id = f.id "
-        "WHERE t.sha256 IS NOT f.sha256"
+        f"SELECT f.path FROM files f LEFT JOIN {GREP_TABLE} g ON g.file_id = f.id "
+        "WHERE g.sha256 IS NOT f.sha256"
     )
     return {str(row[0]) for row in rows}
 
 
-def candidates(
-    conn: sqlite3.Connection, match: str | None, seek_limit: int = SEEK_LIMIT
-) -> list[tuple[int, int, str, str]]:
-    """``(grep_text.id, file_id, path, sha256)`` of the files with a block whose trigrams
-    satisfy ``match`` (an FTS5 query over ``grep_trigrams``), or of every file when
-    ``match`` is None; by path."""
+# -- reading ----------------------------------------------------------------------------
+
+
+class FileBlocks(NamedTuple):
+    """A candidate file: its blocks to verify (ascending ids within ``first_block`` ..
+    ``first_block + block_count - 1``) and what places a match in it. ``block_lines`` and
+    ``chunk_lines`` are the stored JSON lists, parsed by whoever needs them."""
+
+    file_id: int
+    path: str
+    sha256: str
+    first_block: int
+    block_count: int
+    block_lines: str
+    chunk_lines: str
+    blocks: Sequence[int]
+
+
+_FILE_COLUMNS = "g.file_id, f.path, g.sha256, g.first_block, g.blocks, g.block_lines, g.chunk_lines"
+
+
+def candidates(conn: sqlite3.Connection, match: str | None) -> list[FileBlocks]:
+    """The files with a block whose trigrams satisfy ``match`` (an FTS5 query over
+    ``grep_block_trigrams``), with those blocks; or every file with all of its blocks
+    when ``match`` is None; by path."""
     if match is None:
-        sql = (
-            f"SELECT t.id, t.file_id, f.path, t.sha256 FROM {GREP_TABLE} t "
-            "JOIN files f ON f.id = t.file_id ORDER BY f.path"
+        rows = conn.execute(
+            f"SELECT {_FILE_COLUMNS} FROM {GREP_TABLE} g JOIN files f ON f.id = g.file_id "
+            "ORDER BY f.path"
         )
-        rows = conn.execute(sql).fetchall()
-    else:
-        blocks = [
-            int(row[0])
-            for row in conn.execute(
-                f"SELECT rowid FROM {TRIGRAM_TABLE} WHERE {TRIGRAM_TABLE} MATCH ? ORDER BY rowid",
-                (match,),
-            )
+        return [
+            FileBlocks(*_file_fields(row), range(int(row[3]), int(row[3]) + int(row[4])))
+            for row in rows
         ]
-        owners = (
-            _owners_by_seek(conn, blocks)
-            if len(blocks) <= seek_limit
-            else _owners_by_pass(conn, blocks)
+    ids = [
+        row[0]
+        for row in conn.execute(
+            f"SELECT rowid FROM {TRIGRAM_TABLE} WHERE {TRIGRAM_TABLE} MATCH ?", (match,)
         )
-        sql = (
-            f"SELECT t.id, t.file_id, f.path, t.sha256 FROM {GREP_TABLE} t "
-            f"INDEXED BY {GREP_INDEX} JOIN files f ON f.id = t.file_id "
-            "WHERE t.id IN (SELECT value FROM json_each(?)) ORDER BY f.path"
-        )
-        rows = conn.execute(sql, (json.dumps(owners),)).fetchall()
-    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
+    ]
+    owners: dict[int, list[int]] = {}
+    for block_id, file_id in conn.execute(
+        f"SELECT id, file_id FROM {GREP_BLOCKS} WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps(ids),),
+    ):
+        owners.setdefault(int(file_id), []).append(int(block_id))
+    rows = conn.execute(
+        f"SELECT {_FILE_COLUMNS} FROM {GREP_TABLE} g JOIN files f ON f.id = g.file_id "
+        "WHERE g.file_id IN (SELECT value FROM json_each(?)) ORDER BY f.path",
+        (json.dumps(list(owners)),),
+    )
+    found = []
+    for row in rows:
+        fields = _file_fields(row)
+        first, count = fields[3], fields[4]
+        blocks = sorted(b for b in owners[fields[0]] if first <= b < first + count)
+        if blocks:  # none: the rows of a delete that bypassed the writer (module docstring)
+            found.append(FileBlocks(*fields, blocks))
+    return found
 
 
-def _owners_by_seek(conn: sqlite3.Connection, blocks: Sequence[int]) -> list[int]:
-    """The rows owning the ascending block rowids ``blocks``: one seek per row found."""
-    owners: list[int] = []
-    at = 0
-    while at < len(blocks):
-        row = conn.execute(
-            f"SELECT id, blocks FROM {GREP_TABLE} WHERE id <= ? ORDER BY id DESC LIMIT 1",
-            (blocks[at],),
-        ).fetchone()
-        if row is not None and blocks[at] < row[0] + row[1]:
-            owners.append(int(row[0]))
-            at = bisect_left(blocks, row[0] + row[1], at)
-        else:
-            at += 1  # a block no row owns any more
-    return owners
-
-
-def _owners_by_pass(conn: sqlite3.Connection, blocks: Sequence[int]) -> list[int]:
-    """The rows owning the ascending block rowids ``blocks``: one pass over every row."""
-    owners: list[int] = []
-    at = 0
-    for row_id, count in conn.execute(f"SELECT id, blocks FROM {GREP_TABLE} ORDER BY id"):
-        at = bisect_left(blocks, row_id, at)
-        if at == len(blocks):
-            break
-        if blocks[at] < row_id + count:
-            owners.append(int(row_id))
-    return owners
-
-
-def read_text(conn: sqlite3.Connection, row_id: int) -> bytes:
-    """A file's stored text, as UTF-8 bytes (empty when the row is gone)."""
-    row = conn.execute(f"SELECT text FROM {GREP_TABLE} WHERE id = ?", (row_id,)).fetchone()
-    return b"" if row is None else decompress(row[0])
-
-
-def chunk_lines(conn: sqlite3.Connection, row_id: int) -> list[int]:
-    """The 1-based line where each of a file's chunks starts, by ``chunk_index``."""
-    row = conn.execute(f"SELECT chunk_lines FROM {GREP_TABLE} WHERE id = ?", (row_id,)).fetchone()
-    return [] if row is None else [int(n) for n in json.loads(row[0])]
+def _file_fields(row: Sequence[object]) -> tuple[int, str, str, int, int, str, str]:
+    return (
+        int(row[0]),  # type: ignore[call-overload]
+        str(row[1]),
+        str(row[2]),
+        int(row[3]),  # type: ignore[call-overload]
+        int(row[4]),  # type: ignore[call-overload]
+        str(row[5]),
+        str(row[6]),
+    )
 
 
 def chunk_at(

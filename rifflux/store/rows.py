@@ -77,14 +77,16 @@ class PreparedFile:
     knowledge: FileKnowledge | None = None
     # Why the file's front matter was kept as text (malformed), for the job's skip list.
     front_matter_problem: str | None = None
-    # The whole text as indexed (front matter included), the same Zstandard-compressed and
-    # where its trigram blocks start (grep_text.compress and block_starts: done where the
-    # file is chunked, before the write lock is taken), and the 1-based line where each
-    # chunk starts: the file's grep rows (rifflux.store.grep_text); None writes none.
+    # The whole text as indexed (front matter included), where its trigram blocks start,
+    # the 1-based line where each chunk starts, and the blocks Zstandard-compressed with
+    # the dictionary they used (empty: none): the file's grep rows
+    # (rifflux.store.grep_text; the blocks compressed by its ``compressed``, outside the
+    # write lock). ``text`` None writes none.
     text: str | None = None
-    text_blob: bytes = b""
     chunk_lines: tuple[int, ...] = ()
     block_starts: tuple[int, ...] = ()
+    block_blobs: tuple[bytes, ...] = ()
+    dictionary: bytes = b""
 
 
 def headings_json(headings: Sequence[tuple[int, str]]) -> str:

@@ -19,8 +19,9 @@ triggers and indexes that serve them) and fills them (``chunks_cjk``:
 rifflux.store.cjk.backfill; ``files_fts``: rifflux.store.paths.backfill;
 ``file_knowledge`` with ``file_tags`` and ``error_pairs``: by the next job, which
 re-chunks every file without a row, rifflux.store.knowledge; ``chunk_changes``: needs no
-filling, rifflux.store.changes; ``grep_text`` with ``grep_trigrams``: by the next job,
-which re-chunks every file without a row, rifflux.store.grep_text); a reader of an older
+filling, rifflux.store.changes; ``grep_files`` with ``grep_blocks``,
+``grep_dictionaries`` and ``grep_block_trigrams``: by the next job, which re-chunks
+every file without a row, rifflux.store.grep_text); a reader of an older
 index works without them.
 
 ``chunk_changes`` is the log of chunk rowids whose vector row may have changed, written
@@ -301,41 +302,48 @@ END;
 """
 
 # Each file's whole text as indexed, front matter included, for exact and regex search
-# (rifflux.store.grep_text): the text Zstandard-compressed, with the first line of each chunk
-# and the start of each block (whole lines, about ``grep_text.BLOCK_CHARS`` characters);
-# and a trigram index over the blocks, one row per block. The trigram table is
-# contentless (it stores no text) and ``detail=none`` (rowids only, no positions). A
-# file's blocks have the consecutive rowids ``grep_text.id`` to ``id + blocks - 1``; ids
-# are never reused (AUTOINCREMENT, the writer reserving each file's range in
-# ``sqlite_sequence``), so postings left by a delete that did not go through the writer
-# (a cascade) name no live block, and a search skips them.
-GREP_TABLE = "grep_text"
-GREP_INDEX = "grep_text_blocks"
-TRIGRAM_TABLE = "grep_trigrams"
-# The tables of the same role that indexed a trigram row per file: dropped when the
-# block tables are added, and the next job rewrites every file's rows.
-OLD_GREP_TABLES = ("file_trigrams", "file_text")
+# (rifflux.store.grep_text): per file its sha256, the first line of each chunk and its
+# blocks (whole lines, about ``grep_text.BLOCK_CHARS`` characters, the consecutive ids
+# ``first_block`` .. ``first_block + blocks - 1``); per block its text,
+# Zstandard-compressed with one of the index's dictionaries or none; and a trigram index
+# over the blocks, rowid the block's id, contentless (it stores no text) and
+# ``detail=none`` (rowids only, no positions). Block ids are never reused
+# (AUTOINCREMENT), so postings or blocks left by a delete that did not go through the
+# writer name no live block, and a search skips them.
+GREP_TABLE = "grep_files"
+GREP_BLOCKS = "grep_blocks"
+DICTIONARY_TABLE = "grep_dictionaries"
+TRIGRAM_TABLE = "grep_block_trigrams"
+# The tables of the same role in older indexes (a text and trigram row per file, then a
+# text per file with trigram rows per block): dropped when these are added, and the
+# next job rewrites every file's rows.
+OLD_GREP_TABLES = ("file_trigrams", "file_text", "grep_text", "grep_trigrams")
 GREP_SQL = """
-CREATE TABLE IF NOT EXISTS grep_text (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    file_id      INTEGER NOT NULL UNIQUE REFERENCES files(id) ON DELETE CASCADE,
+CREATE TABLE IF NOT EXISTS grep_files (
+    file_id      INTEGER PRIMARY KEY REFERENCES files(id) ON DELETE CASCADE,
     -- files.sha256 of the text stored: a file rewritten without this row is stale.
     sha256       TEXT NOT NULL,
-    text         BLOB NOT NULL,
     -- JSON list: the 1-based line of the file where each chunk (by chunk_index) starts.
     chunk_lines  TEXT NOT NULL,
-    -- JSON list: the character offset in the text where each trigram block starts.
-    block_starts TEXT NOT NULL,
-    -- The length of block_starts, in a column so grep_text_blocks covers a search's
-    -- block-to-file lookup without reading (or parsing) the row.
-    blocks       INTEGER NOT NULL
+    first_block  INTEGER NOT NULL,
+    blocks       INTEGER NOT NULL,
+    -- JSON list: the 1-based line of the file where each block starts.
+    block_lines  TEXT NOT NULL
 );
 
--- What a search reads of every candidate (the block range's owner, its file and text
--- key), without the pages of the texts: a row holds a text of a few kB.
-CREATE INDEX IF NOT EXISTS grep_text_blocks ON grep_text(id, blocks, file_id, sha256);
+CREATE TABLE IF NOT EXISTS grep_blocks (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    file_id      INTEGER NOT NULL,
+    dictionary   INTEGER,
+    text         BLOB NOT NULL
+);
 
-CREATE VIRTUAL TABLE IF NOT EXISTS grep_trigrams USING fts5(
+CREATE TABLE IF NOT EXISTS grep_dictionaries (
+    id           INTEGER PRIMARY KEY,
+    data         BLOB NOT NULL
+);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS grep_block_trigrams USING fts5(
     text,
     content='',
     detail=none,

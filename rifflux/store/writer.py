@@ -170,9 +170,10 @@ class IndexWriter(IndexReader):
                         file_id,
                         prepared.sha256,
                         prepared.text,
-                        prepared.text_blob,
                         prepared.chunk_lines,
                         prepared.block_starts,
+                        prepared.block_blobs,
+                        prepared.dictionary,
                     )
                 )
             # Most files have no CJK text: one regex scan per chunk, and no read back.

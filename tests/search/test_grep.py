@@ -8,6 +8,7 @@ text, verified by RE2; both must report the same lines and columns.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import sqlite3
@@ -360,6 +361,26 @@ def test_a_match_across_a_chunk_boundary_is_found(tmp_path: Path) -> None:
     assert rows(got)[0][:2] == ("notes/long.md", 3) and got["count"] == 1
 
 
+def test_lines_and_context_cross_block_boundaries(tmp_path: Path) -> None:
+    """A file of many blocks (rifflux.store.grep_text): every line is found at its own
+    line number, and context lines reach into the blocks before and after a match's."""
+    lines = [f"row {i:04d} " + "x" * (i % 37) for i in range(400)]
+    settings = index_one(tmp_path, {"many.md": "\n".join(lines) + "\n"})
+    conn = open_index(settings.db_path)
+    starts = json.loads(conn.execute("SELECT block_lines FROM grep_files").fetchone()[0])
+    conn.close()
+    assert len(starts) > 4
+    edges = {n for start in starts[1:] for n in (start - 1, start, start + 1)}
+    for line in sorted(edges | {1, 2, 399, 400}):
+        for context in (0, 3, 10):
+            got = run_grep(settings, f"row {line - 1:04d} ", context_lines=context)
+            (match,) = got["matches"]
+            assert (match["line"], match["column"]) == (line, 1)
+            assert match["before"] == lines[max(0, line - 1 - context) : line - 1]
+            assert match["after"] == lines[line : line + context]
+    assert run_grep(settings, "row 0", max_matches=1000)["count"] == 400
+
+
 def test_an_edited_file_is_grepable_after_the_reindex(tmp_path: Path) -> None:
     settings = index_one(tmp_path, {"a.md": "# A\n\nold_token_here = 1\n", "b.md": "# B\n\nkeep\n"})
     assert run_grep(settings, "old_token_here")["count"] == 1
@@ -371,9 +392,12 @@ def test_an_edited_file_is_grepable_after_the_reindex(tmp_path: Path) -> None:
     Indexer(settings).run([tmp_path / "notes"])
     assert run_grep(settings, "new_token_here")["count"] == 0
     conn = open_index(settings.db_path)
-    assert conn.execute("SELECT count(*) FROM grep_text").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM grep_files").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM grep_blocks").fetchone()[0] == 1
     # The contentless trigram table was told exactly what it holds: nothing of a.md is left.
-    hits = conn.execute("SELECT rowid FROM grep_trigrams WHERE grep_trigrams MATCH '\"tok\"'")
+    hits = conn.execute(
+        "SELECT rowid FROM grep_block_trigrams WHERE grep_block_trigrams MATCH '\"tok\"'"
+    )
     assert hits.fetchall() == []
     conn.close()
 
@@ -381,7 +405,10 @@ def test_an_edited_file_is_grepable_after_the_reindex(tmp_path: Path) -> None:
 def test_an_index_without_grep_rows_gets_them_from_the_next_job(tmp_path: Path) -> None:
     settings = index_one(tmp_path, {"a.md": "---\ntitle: A\n---\n# A\n\nneedle_x here\n"})
     conn = sqlite3.connect(settings.db_path)
-    conn.executescript("DROP TABLE grep_text; DROP TABLE grep_trigrams;")
+    conn.executescript(
+        "DROP TABLE grep_files; DROP TABLE grep_blocks; DROP TABLE grep_dictionaries; "
+        "DROP TABLE grep_block_trigrams;"
+    )
     conn.close()
     with pytest.raises(RiffluxError, match="no text for grep yet"):
         run_grep(settings, "needle_x")
