@@ -165,14 +165,20 @@ def compress(block: str, dictionary: bytes = b"") -> bytes:
     return _compressor(dictionary).compress(block.encode("utf-8"))
 
 
+def first_dictionary(conn: sqlite3.Connection) -> bytes:
+    """The index's first dictionary (empty: none): what new blocks are compressed with."""
+    row = conn.execute(f"SELECT data FROM {DICTIONARY_TABLE} ORDER BY id LIMIT 1").fetchone()
+    return b"" if row is None else bytes(row[0])
+
+
 def codec_for(conn: sqlite3.Connection, samples: Sequence[str]) -> bytes:
     """The dictionary to compress a batch's blocks with (empty: none): the index's first,
     else one trained on ``samples`` (the batch's blocks) when they hold enough text. The
     writer stores a trained one with the rows that use it (:func:`write_files`); workers
     that train before the first is stored each store their own."""
-    row = conn.execute(f"SELECT data FROM {DICTIONARY_TABLE} ORDER BY id LIMIT 1").fetchone()
-    if row is not None:
-        return bytes(row[0])
+    stored = first_dictionary(conn)
+    if stored:
+        return stored
     if len(samples) < MIN_TRAINING_BLOCKS or sum(map(len, samples)) < MIN_TRAINING_BYTES:
         return b""
     try:
@@ -209,26 +215,28 @@ def compressed(conn: sqlite3.Connection, files: Sequence[PreparedFile]) -> list[
 
 
 class BlockReader:
-    """Reads blocks' text as UTF-8 bytes, loading the dictionaries it needs once."""
+    """Reads blocks' text as UTF-8 bytes, loading the dictionaries it needs once; for use
+    by one thread."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self._dictionaries: dict[int, bytes] = {}
+        self._decompressors: dict[int | None, zstandard.ZstdDecompressor] = {}
 
-    def _dictionary(self, dictionary_id: int | None) -> bytes:
-        if dictionary_id is None:
-            return b""
-        found = self._dictionaries.get(dictionary_id)
+    def _decompressor(self, dictionary_id: int | None) -> zstandard.ZstdDecompressor:
+        found = self._decompressors.get(dictionary_id)
         if found is None:
-            row = self.conn.execute(
-                f"SELECT data FROM {DICTIONARY_TABLE} WHERE id = ?", (dictionary_id,)
-            ).fetchone()
-            found = b"" if row is None else bytes(row[0])
-            self._dictionaries[dictionary_id] = found
+            data = b""
+            if dictionary_id is not None:
+                row = self.conn.execute(
+                    f"SELECT data FROM {DICTIONARY_TABLE} WHERE id = ?", (dictionary_id,)
+                ).fetchone()
+                data = b"" if row is None else bytes(row[0])
+            found = _decompressor(data)
+            self._decompressors[dictionary_id] = found
         return found
 
     def inflate(self, dictionary_id: int | None, blob: bytes) -> bytes:
-        return bytes(_decompressor(self._dictionary(dictionary_id)).decompress(blob))
+        return bytes(self._decompressor(dictionary_id).decompress(blob))
 
     def block(self, block_id: int) -> bytes:
         """One block's text (empty when the row is gone)."""
@@ -237,13 +245,13 @@ class BlockReader:
         ).fetchone()
         return b"" if row is None else self.inflate(row[0], row[1])
 
-    def blocks(self, first: int, count: int) -> list[bytes]:
-        """The texts of the blocks ``first`` .. ``first + count - 1``, in order."""
+    def blocks(self, first: int, count: int) -> dict[int, bytes]:
+        """The texts of the blocks ``first`` .. ``first + count - 1`` there are, by id."""
         rows = self.conn.execute(
-            f"SELECT dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ? ORDER BY id",
+            f"SELECT id, dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ?",
             (first, first + count - 1),
         )
-        return [self.inflate(dictionary_id, blob) for dictionary_id, blob in rows]
+        return {int(block_id): self.inflate(d, blob) for block_id, d, blob in rows}
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -402,21 +410,15 @@ def stale_paths(conn: sqlite3.Connection) -> set[str]:
 
 
 class FileBlocks(NamedTuple):
-    """A candidate file: its blocks to verify (ascending ids within ``first_block`` ..
-    ``first_block + block_count - 1``) and what places a match in it. ``block_lines`` and
-    ``chunk_lines`` are the stored JSON lists, parsed by whoever needs them."""
+    """A candidate file: its blocks to verify, ascending ids within ``first_block`` ..
+    ``first_block + block_count - 1``."""
 
     file_id: int
     path: str
     sha256: str
     first_block: int
     block_count: int
-    block_lines: str
-    chunk_lines: str
     blocks: Sequence[int]
-
-
-_FILE_COLUMNS = "g.file_id, f.path, g.sha256, g.first_block, g.blocks, g.block_lines, g.chunk_lines"
 
 
 def candidates(conn: sqlite3.Connection, match: str | None) -> list[FileBlocks]:
@@ -425,12 +427,12 @@ def candidates(conn: sqlite3.Connection, match: str | None) -> list[FileBlocks]:
     when ``match`` is None; by path."""
     if match is None:
         rows = conn.execute(
-            f"SELECT {_FILE_COLUMNS} FROM {GREP_TABLE} g JOIN files f ON f.id = g.file_id "
-            "ORDER BY f.path"
+            f"SELECT g.file_id, f.path, g.sha256, g.first_block, g.blocks FROM {GREP_TABLE} g "
+            "JOIN files f ON f.id = g.file_id ORDER BY f.path"
         )
         return [
-            FileBlocks(*_file_fields(row), range(int(row[3]), int(row[3]) + int(row[4])))
-            for row in rows
+            FileBlocks(file_id, path, sha256, first, count, range(first, first + count))
+            for file_id, path, sha256, first, count in rows
         ]
     ids = [
         row[0]
@@ -438,37 +440,34 @@ def candidates(conn: sqlite3.Connection, match: str | None) -> list[FileBlocks]:
             f"SELECT rowid FROM {TRIGRAM_TABLE} WHERE {TRIGRAM_TABLE} MATCH ?", (match,)
         )
     ]
-    owners: dict[int, list[int]] = {}
-    for block_id, file_id in conn.execute(
-        f"SELECT id, file_id FROM {GREP_BLOCKS} WHERE id IN (SELECT value FROM json_each(?))",
-        (json.dumps(ids),),
-    ):
-        owners.setdefault(int(file_id), []).append(int(block_id))
+    # A block outside its file's range is left by a delete that bypassed the writer
+    # (module docstring): skipped.
     rows = conn.execute(
-        f"SELECT {_FILE_COLUMNS} FROM {GREP_TABLE} g JOIN files f ON f.id = g.file_id "
-        "WHERE g.file_id IN (SELECT value FROM json_each(?)) ORDER BY f.path",
-        (json.dumps(list(owners)),),
+        "SELECT g.file_id, f.path, g.sha256, g.first_block, g.blocks, b.id FROM json_each(?) j "
+        f"JOIN {GREP_BLOCKS} b ON b.id = j.value JOIN {GREP_TABLE} g ON g.file_id = b.file_id "
+        "JOIN files f ON f.id = g.file_id "
+        "WHERE b.id >= g.first_block AND b.id < g.first_block + g.blocks "
+        "ORDER BY f.path, b.id",
+        (json.dumps(ids),),
     )
-    found = []
-    for row in rows:
-        fields = _file_fields(row)
-        first, count = fields[3], fields[4]
-        blocks = sorted(b for b in owners[fields[0]] if first <= b < first + count)
-        if blocks:  # none: the rows of a delete that bypassed the writer (module docstring)
-            found.append(FileBlocks(*fields, blocks))
+    found: list[FileBlocks] = []
+    blocks: list[int] = []
+    for file_id, path, sha256, first, count, block_id in rows:
+        if not found or found[-1].file_id != file_id:
+            blocks = []
+            found.append(FileBlocks(file_id, path, sha256, first, count, blocks))
+        blocks.append(block_id)
     return found
 
 
-def _file_fields(row: Sequence[object]) -> tuple[int, str, str, int, int, str, str]:
-    return (
-        int(row[0]),  # type: ignore[call-overload]
-        str(row[1]),
-        str(row[2]),
-        int(row[3]),  # type: ignore[call-overload]
-        int(row[4]),  # type: ignore[call-overload]
-        str(row[5]),
-        str(row[6]),
-    )
+def placing_lines(conn: sqlite3.Connection, file_id: int) -> tuple[list[int], list[int]]:
+    """The 1-based lines where a file's blocks start and where its chunks start."""
+    row = conn.execute(
+        f"SELECT block_lines, chunk_lines FROM {GREP_TABLE} WHERE file_id = ?", (file_id,)
+    ).fetchone()
+    if row is None:
+        return [1], []
+    return [int(n) for n in json.loads(row[0])], [int(n) for n in json.loads(row[1])]
 
 
 def chunk_at(

@@ -5,7 +5,6 @@ candidate only where one block holds every trigram asked."""
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 from pathlib import Path
 
@@ -127,10 +126,9 @@ def test_a_candidate_holds_every_trigram_within_one_block(tmp_path: Path) -> Non
         line = texts["near.md"].count("\n", 0, texts["near.md"].index("an alpha")) + 1
         k = near.blocks[0] - near.first_block
         data = reader.block(near.blocks[0])
-        assert (
-            json.loads(near.block_lines)[k] + data.count(b"\n", 0, data.index(b"an alpha")) == line
-        )
-        whole = b"".join(reader.blocks(near.first_block, near.block_count))
+        block_lines, _chunk_lines = grep_text.placing_lines(conn, near.file_id)
+        assert block_lines[k] + data.count(b"\n", 0, data.index(b"an alpha")) == line
+        whole = b"".join(reader.blocks(near.first_block, near.block_count).values())
         assert whole == texts["near.md"].encode()
         # near.md rewritten: its old blocks are unlearned, its new range is above all.
         write_texts(conn, {"near.md": filler + filler + "an ALPHA OMEGA there\n"})
@@ -217,7 +215,7 @@ def test_blocks_are_compressed_with_a_dictionary_trained_once_per_index(tmp_path
         assert len(everything) == 160
         texts = {f.rel_path: f.text for f in first + second}
         for found in everything:
-            whole = b"".join(reader.blocks(found.first_block, found.block_count))
+            whole = b"".join(reader.blocks(found.first_block, found.block_count).values())
             assert whole == (texts[found.path] or "").encode()
         # The stored blocks take less than the text they hold.
         stored = conn.execute("SELECT sum(length(text)) FROM grep_blocks").fetchone()[0]
