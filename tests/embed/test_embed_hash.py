@@ -1,9 +1,10 @@
 import hashlib
+import re
 
 import numpy as np
 import pytest
 
-from rifflux.embed import Embedder, HashEmbedder
+from rifflux.embed import Embedder, HashEmbedder, hashing
 
 
 def test_hash_embedder_implements_the_protocol_with_its_label():
@@ -103,3 +104,17 @@ def test_hash_scores_shared_words_above_unrelated_text():
 def test_hash_rejects_nonpositive_dim():
     with pytest.raises(ValueError, match="dim"):
         HashEmbedder(0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "".join(map(chr, range(128))),
+        "snake_case CamelCase x86_64 v1.2.3 a-b a/b a\tb\x1fc\x0bd",
+        "KELVIN \u212a and café: \u00a0nbsp\u2028line — dash",
+        "ΣΊΣΥΦΟΣ straße 東京タワー",
+    ],
+)
+def test_hash_words_are_the_lower_cased_regex_words(text):
+    # ASCII texts are split with str.translate and str.split, others with the regex.
+    assert hashing._words(text) == re.findall(r"\w+", text.lower())
