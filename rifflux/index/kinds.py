@@ -499,12 +499,16 @@ _FIX_HEADING = re.compile(
     r"|^how to (?:fix|resolve|solve|work around)\b|^what to do\b"
     r"|^(?:steps|ways) to (?:fix|resolve)\b|^(?:fix|resolve|solve) (?:it|this)\b"
 )
-_FIX_LABELS = LineStarts(
+_FIX_LABEL_REST = (
     r"[ \t>*_+-]*(?:possible |root |the )?(solution|fix|resolution|workaround|cause|remedy"
-    r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*",
-    re.I,
+    r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*"
 )
+_FIX_LABELS = LineStarts(_FIX_LABEL_REST, re.I)
 _FIX_LABEL = _FIX_LABELS.anchored
+# The same labels in the lower-cased text, without re.I (twice as fast). Lower case maps
+# every character that re.I equates with one of the pattern's to it, but for "ı" and "ſ"
+# (dotless i and long s, whose upper case is "I" and "S"): hence their classes.
+_FIX_LABELS_LOWER = LineStarts(_FIX_LABEL_REST.replace("i", "[iı]").replace("s", "[sſ]"))
 # Sentences that give a fix or a cause, matched in the lower-cased text: one pattern per
 # leading literal (so one per noun below), which the regex engine finds ~4x faster than
 # one alternation with re.I.
@@ -521,12 +525,22 @@ _FIX_SENTENCES = tuple(
 )
 
 
-def fix_sentences(text: str) -> list[int]:
+def fix_labels(text: str, low: str) -> list[int]:
+    """Where a line of ``text`` opens with a fix label ("Fix:", "**Root cause**:"), sorted;
+    ``low`` is ``text.lower()``, searched instead when each character lowered to one (its
+    offsets are then those of ``text``)."""
+    if len(low) == len(text):
+        return _FIX_LABELS_LOWER.starts(low)
+    return _FIX_LABELS.starts(text)
+
+
+def fix_sentences(text: str, low: str | None = None) -> list[int]:
     """Where ``text`` gives a fix or a cause in a sentence ("To fix this", "This error
-    means", "caused by"), sorted; [] without one of ``_FIX_SENTENCE_WORDS``. (The patterns
-    open with their literal, which the regex engine finds fast; the word boundary before
-    it is checked here.)"""
-    low = text.lower()
+    means", "caused by"), sorted; [] without one of ``_FIX_SENTENCE_WORDS``. ``low``:
+    ``text.lower()`` if the caller has it. (The patterns open with their literal, which
+    the regex engine finds fast; the word boundary before it is checked here.)"""
+    if low is None:
+        low = text.lower()
     if not any(words in low for words in _FIX_SENTENCE_WORDS):
         return []
     return sorted(
@@ -652,10 +666,11 @@ def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSect
     "to fix this" sentences): only a section with one below it is searched for a
     signature, so a file without any costs two regex passes.
     """
+    low = body.lower()
     fixes = sorted(
         [s.start for s in all_sections if s.level and is_fix_label(s.label)]
-        + _FIX_LABELS.starts(body)
-        + fix_sentences(body)
+        + fix_labels(body, low)
+        + fix_sentences(body, low)
     )
     found: list[ErrorSection] = []
     for section in all_sections:

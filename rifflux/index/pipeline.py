@@ -79,7 +79,7 @@ from rifflux.store.segments import (
     merge_after_job,
     merges_deferred,
 )
-from rifflux.store.vector_blobs import encode_vectors
+from rifflux.store.vector_blobs import encode_matrix, encode_vectors
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish, publish_quietly
 from rifflux.vectors.segments import MANIFEST_NAME, vectors_dir
@@ -671,7 +671,7 @@ def embed_units(request: EmbedRequest, units: int) -> tuple[EmbedRequest, ...]:
 def _embed_ahead(
     conn: sqlite3.Connection, files: Sequence[PreparedFile], embedder: Embedder, model: str
 ) -> dict[str, bytes]:
-    """The stored form (int8 rows, :func:`~rifflux.store.vector_blobs.encode_vectors`) of
+    """The stored form (int8 rows, :func:`~rifflux.store.vector_blobs.encode_matrix`) of
     the vectors of the batch's chunk texts that have no ``model`` vector in the index
     yet, computed outside any write transaction. Which texts the batch really lacks is
     decided inside it (:meth:`~rifflux.store.reader.IndexReader.hashes_without_vectors`);
@@ -680,8 +680,10 @@ def _embed_ahead(
         c.embed_sha256: embedding_input(c.heading_path, c.content) for f in files for c in f.chunks
     }
     stored = IndexReader(conn).reusable_vectors(sorted(texts), model) if texts else {}
-    vectors = embed_texts(embedder, [(k, t) for k, t in texts.items() if k not in stored])
-    return encode_vectors(vectors)
+    keys = [k for k in texts if k not in stored]
+    if not keys:
+        return {}
+    return encode_matrix(keys, embedder.embed_batch([texts[k] for k in keys]))
 
 
 def embed(request: EmbedRequest, embedder: Embedder) -> VectorsRequest:

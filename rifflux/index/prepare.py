@@ -19,7 +19,7 @@ import numpy as np
 
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
-from rifflux.index.chunker import chunk_document, chunk_id_for
+from rifflux.index.chunker import chunk_document, chunk_ids_for
 from rifflux.index.frontmatter import normalize_text, split_front_matter
 from rifflux.index.kinds import classify
 from rifflux.store import grep_text
@@ -49,9 +49,10 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
     parts = chunk_document(
         front.body, work.rel_path, max_chars=max_chars, min_chars=min_chars, title=front.title
     )
+    ids = chunk_ids_for(work.rel_path, len(parts))
     chunks = [
         PreparedChunk(
-            chunk_id_for(work.rel_path, chunk.chunk_index),
+            ids[chunk.chunk_index],
             chunk.chunk_index,
             chunk.heading_path,
             chunk.content,

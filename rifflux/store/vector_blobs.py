@@ -50,20 +50,30 @@ def quantize_rows(matrix: np.ndarray) -> np.ndarray:
     return out
 
 
-def encode_rows(vectors: Sequence[np.ndarray]) -> list[bytes]:
-    """The stored blob of each vector: its float32 value quantized, one byte a component.
+def encode_rows(vectors: Sequence[np.ndarray] | np.ndarray) -> list[bytes]:
+    """The stored blob of each vector (or of each row of a matrix, which is not split into
+    vectors first): its float32 value quantized, one byte a component.
 
     Cast to float32 first, as the float32 blob was, so the int8 row is the one the cache
     got from the float32 blob before."""
-    if not vectors:
+    if len(vectors) == 0:
         return []
-    rows = quantize_rows(np.stack([np.asarray(v, dtype="<f4").reshape(-1) for v in vectors]))
-    return [row.tobytes() for row in rows]
+    if isinstance(vectors, np.ndarray):
+        matrix = np.asarray(vectors, dtype="<f4")
+    else:
+        matrix = np.stack([np.asarray(v, dtype="<f4").reshape(-1) for v in vectors])
+    return [row.tobytes() for row in quantize_rows(matrix)]
 
 
 def encode_vectors(vectors: Mapping[str, np.ndarray]) -> dict[str, bytes]:
     """:func:`encode_rows` of a mapping's vectors, under the same keys (embed hashes)."""
     return dict(zip(vectors, encode_rows(list(vectors.values())), strict=True))
+
+
+def encode_matrix(keys: Sequence[str], matrix: np.ndarray) -> dict[str, bytes]:
+    """:func:`encode_rows` of a matrix's rows, under ``keys`` (one a row): an embedder's
+    output quantized whole, not split into a vector per text first."""
+    return dict(zip(keys, encode_rows(matrix), strict=True))
 
 
 def compact(blob: bytes, dim: int) -> bytes:

@@ -17,6 +17,7 @@ from rifflux.index.chunker import (
     HeadingMark,
     chunk_document,
     chunk_id_for,
+    chunk_ids_for,
     chunk_markdown,
     chunk_plain_text,
     normalize_rel_path,
@@ -479,6 +480,11 @@ def test_chunk_id_is_sha256_of_normalised_path_and_index() -> None:
     assert chunk_id_for("./a\\b.md", 3) == expected
     assert chunk_id_for("a/b.md", 4) != expected
     assert chunk_id_for("A/b.md", 3) != expected
+
+
+def test_chunk_ids_for_a_file_are_its_chunk_ids_in_order() -> None:
+    assert chunk_ids_for("./a\\b.md", 4) == [chunk_id_for("a/b.md", i) for i in range(4)]
+    assert chunk_ids_for("a/b.md", 0) == []
 
 
 # --- the real corpus ------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The fast forms of the kind rules' text scans find exactly what the plain forms find.
 
-``LineStarts`` replaces ``^rest`` (``re.M``) with ``\\nrest``, the fix-sentence nouns
-have one pattern each instead of one alternation, and section ends come from one pass
-instead of a search after each heading: each is checked here against the plain form,
-on the vendored corpora and on generated markdown made of the characters the patterns
-care about.
+``LineStarts`` replaces ``^rest`` (``re.M``) with ``\\nrest``, fix labels are found in
+the lower-cased text without ``re.I``, the fix-sentence nouns have one pattern each
+instead of one alternation, and section ends come from one pass instead of a search after
+each heading: each is checked here against the plain form, on the vendored corpora and
+on generated markdown made of the characters the patterns care about.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +62,11 @@ PIECES = [
     "the issue appears",
     "terror happens",
     "İ",
+    # Characters re.I equates with a letter of the patterns: dotless i, long s, Kelvin.
+    "fıx",
+    "ſolution",
+    "worKaround",
+    "ΣΣ ",
 ]
 markdown = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
 
@@ -87,7 +93,9 @@ def _plain_section_ends(heads: list[tuple[int, str, int, int]], length: int) -> 
 
 def _check(text: str) -> None:
     assert kinds._CANDIDATE.starts(text) == [m.start() for m in PLAIN_CANDIDATE.finditer(text)]
-    assert kinds._FIX_LABELS.starts(text) == [m.start() for m in PLAIN_FIX_LABEL.finditer(text)]
+    labels = [m.start() for m in PLAIN_FIX_LABEL.finditer(text)]
+    assert kinds._FIX_LABELS.starts(text) == labels
+    assert kinds.fix_labels(text, text.lower()) == labels
     assert kinds.fix_sentences(text) == _plain_fix_sentences(text)
     heads = kinds._headings(text)
     assert kinds._section_ends(heads, len(text)) == _plain_section_ends(heads, len(text))
@@ -104,3 +112,22 @@ def test_fast_scans_match_the_plain_patterns_on_the_vendored_corpora() -> None:
 @given(markdown)
 def test_fast_scans_match_the_plain_patterns_on_generated_markdown(text: str) -> None:
     _check(text)
+
+
+LOWER_CASE_LEAVES = [
+    "fıx: it",
+    "ſolution: it",
+    "> Root cauſe: it",
+    "worKaround: it",
+    "x\n**Fıx**: it",
+    "FİX: it",
+]
+
+
+@pytest.mark.parametrize("text", LOWER_CASE_LEAVES)
+def test_fix_labels_in_lower_case_match_re_i_on_characters_lower_case_leaves(text: str) -> None:
+    # Dotless i and long s match "i" and "s" under re.I; lower case leaves them as they are
+    # (the Kelvin sign it maps to "k"; "İ" it lengthens, and the text is searched itself).
+    expected = [m.start() for m in PLAIN_FIX_LABEL.finditer(text)]
+    assert expected
+    assert kinds.fix_labels(text, text.lower()) == expected

@@ -47,6 +47,9 @@ def test_requantizing_an_int8_row_is_the_identity(rows: np.ndarray) -> None:
     from_int8 = int8_rows(enumerate(encode_rows(list(rows))), len(rows), dim)
     assert np.array_equal(from_floats, once)
     assert np.array_equal(from_int8, once)
+    # A matrix is encoded as the list of its rows is.
+    assert encode_rows(rows) == encode_rows(list(rows))
+    assert encode_rows(rows.astype(np.float64)) == encode_rows(list(rows))
 
 
 def test_a_blob_of_neither_length_is_refused_with_a_fix() -> None:
@@ -95,7 +98,8 @@ def test_int8_and_float32_indexes_give_identical_caches_and_results(
     docs = copy_corpus(tmp_path / "docs", limit=12)
     new = build(tmp_path, docs, "int8")
     with monkeypatch.context() as patch:
-        # The one encoder every vector write goes through (encode_vectors calls it).
+        # The one encoder every vector write goes through (encode_vectors and
+        # encode_matrix call it).
         patch.setattr("rifflux.store.vector_blobs.encode_rows", float32_blobs)
         old = build(tmp_path, docs, "float32")
     assert blob_lengths(new) == {384}
