@@ -273,7 +273,12 @@ def _openers(lines: _Lines, body_line: int, body_start: int) -> list[Opener]:
     if body_line:
         # Blank lines in place of the front matter keep token line maps aligned with `src`.
         src = "\n" * src.count("\n", 0, body_start) + src[body_start:]
-    tokens = _MD.parse(src)
+    try:
+        tokens = _MD.parse(src)
+    except Exception:  # markdown-it's own faults on hostile input
+        # No structure then: the body is one block, cut by the size bounds, rather than
+        # a batch whose every file fails with this one.
+        return [(body_line, 0, OTHER, 0, "")]
     return [
         (token.map[0], token.level, kind, int(token.tag[1]), tokens[index + 1].content)
         if (kind := _OPENER_KINDS.get(token.type, OTHER)) == HEADING
