@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from rifflux_testing import AWESOME_COPILOT, make_settings
 
 from rifflux.index import blocks, chunker
+from rifflux.index.blocks import Opener
 from rifflux.index.indexer import Indexer
 from rifflux.search.service import SearchService
-from rifflux.index.blocks import Opener
 
 VENDORED = sorted((AWESOME_COPILOT / "agents").rglob("*.md"))
 LIMITS = [(1200, 600), (100, 0)]  # shipped, and small enough to split most blocks
