@@ -70,21 +70,11 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
         knowledge=classify(work.rel_path, front, [chunk.content for chunk in parts]),
         front_matter_problem=front.problem,
         text=text,
-        chunk_lines=chunk_lines(front.body, [chunk.start for chunk in parts]),
+        # Front matter is blanked in the body, not cut (rifflux.index.frontmatter): its
+        # line numbers are the file's.
+        chunk_lines=tuple(grep_text.lines_at(front.body, [chunk.start for chunk in parts])),
         block_starts=tuple(grep_text.block_starts(text)),
     )
-
-
-def chunk_lines(body: str, starts: Sequence[int]) -> tuple[int, ...]:
-    """The 1-based line of each chunk start offset (ascending) in ``body``, which keeps
-    the file's line numbers (front matter is blanked, not cut: rifflux.index.frontmatter)."""
-    lines = []
-    line, at = 1, 0
-    for start in starts:
-        line += body.count("\n", at, start)
-        at = start
-        lines.append(line)
-    return tuple(lines)
 
 
 def embed_texts(embedder: Embedder, texts: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:

@@ -110,13 +110,13 @@ def blocks_of(text: str, starts: Sequence[int]) -> list[str]:
     return [text[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
-def block_lines(text: str, starts: Sequence[int]) -> list[int]:
-    """The 1-based line of ``text`` where each block starting at ``starts`` begins."""
+def lines_at(text: str, offsets: Sequence[int]) -> list[int]:
+    """The 1-based line of ``text`` at each of the ascending ``offsets``."""
     lines = []
     line, at = 1, 0
-    for start in starts:
-        line += text.count("\n", at, start)
-        at = start
+    for offset in offsets:
+        line += text.count("\n", at, offset)
+        at = offset
         lines.append(line)
     return lines
 
@@ -359,7 +359,7 @@ def write_files(conn: sqlite3.Connection, files: Sequence[TextRow]) -> None:
                 json.dumps(list(f.chunk_lines), separators=(",", ":")),
                 next_id,
                 len(blocks),
-                json.dumps(block_lines(f.text, starts), separators=(",", ":")),
+                json.dumps(lines_at(f.text, starts), separators=(",", ":")),
             )
         )
         for k, (block, blob) in enumerate(zip(blocks, blobs, strict=True)):
