@@ -268,6 +268,7 @@ class Settings:
     auto_reindex_min_interval_seconds: float = AUTO_REINDEX_MIN_INTERVAL_SECONDS
     allowed_roots: tuple[str, ...] = ()
     allow_secret_paths: bool = False
+    grep_index: bool = True
     allow_db_path: bool = True
     search_timeout_seconds: float = 10.0
     max_response_tokens: int = 20_000
@@ -399,6 +400,13 @@ SETTINGS: tuple[Setting, ...] = (
     S(
         "MAX_FILE_BYTES", "max_file_bytes", "int ≥ 1", _positive_int,
         "Larger files are skipped (and counted).",
+    ),
+    S(
+        "GREP_INDEX", "grep_index", "0/1", _parse_bool,
+        "`0`: jobs keep no text or trigram rows for exact and regex search "
+        "(`grep_rifflux`, `rifflux grep`) and remove an index's: the database is ~1× the "
+        "text smaller, a full index with the hash embedder takes ~30 % less CPU, and grep "
+        "answers that it is off. `1` again: the next job writes them for every file.",
     ),
     S(
         "FUSION", "fusion", "rrf / minmax / maxnorm", _parse_fusion,

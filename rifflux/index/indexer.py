@@ -31,7 +31,7 @@ from rifflux.index.prepare import chunk_file, embed_texts
 from rifflux.index.report import IndexReport
 from rifflux.index.scan import SkippedFile
 from rifflux.store import grep_text
-from rifflux.store.connection import open_index
+from rifflux.store.connection import open_index, transaction
 from rifflux.store.segments import merge_after_job
 from rifflux.store.writer import IndexWriter
 from rifflux.vectors.publish import publish_quietly
@@ -93,6 +93,8 @@ class Indexer:
         root_paths = [Path(r) for r in roots]
         conn = open_index(self.settings.db_path)
         try:
+            with transaction(conn):
+                grep_text.set_grep(conn, self.settings.grep_index)
             label = self.embedder_label
             found = survey(conn, self.settings, root_paths, label=label, force=force)
             scan, tally = found.scan, found.tally

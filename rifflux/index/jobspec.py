@@ -51,6 +51,8 @@ class JobSpec:
     # Stored paths are relative to it; None: the index's recorded base (or the cwd).
     base_dir: str | None = None
     allow_secret_paths: bool = _DEFAULTS.allow_secret_paths
+    # Whether the index keeps the grep rows (rifflux.store.grep_text).
+    grep_index: bool = _DEFAULTS.grep_index
     # The embedder identity: with ``auto`` the label is resolved where the plan runs.
     embedding_backend: str = _DEFAULTS.embedding_backend
     hash_embedding_dim: int = _DEFAULTS.hash_embedding_dim
@@ -82,6 +84,7 @@ class JobSpec:
             batch_target_bytes=settings.batch_target_bytes,
             base_dir=str(settings.base_dir) if settings.base_dir else None,
             allow_secret_paths=settings.allow_secret_paths,
+            grep_index=settings.grep_index,
             # A process that embeds on a GPU embeds with torch (rifflux.embed.factory).
             embedding_backend=(
                 "torch" if settings.embedding_device != "cpu" else settings.embedding_backend
@@ -105,6 +108,7 @@ class JobSpec:
             min_chunk_chars=self.min_chunk_chars,
             batch_target_bytes=self.batch_target_bytes,
             allow_secret_paths=self.allow_secret_paths,
+            grep_index=self.grep_index,
             embedding_backend=self.embedding_backend,
             embedding_device="cpu",
             hash_embedding_dim=self.hash_embedding_dim,

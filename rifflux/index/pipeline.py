@@ -409,6 +409,9 @@ def _make_plan(conn: sqlite3.Connection, cfg: Settings, job: jobs.JobRecord, lab
         jobs.update_job(conn, job_id, state="running", started_at=time.time())
     try:
         check_embedding_model(conn, label, force=spec.force)
+        with transaction(conn):
+            # Before the survey: switched on, every file lacks its grep rows (stale).
+            grep_text.set_grep(conn, spec.grep_index)
         base_dir = resolve_base_dir(conn, cfg)
         found = stream_plan(
             conn,

@@ -708,6 +708,11 @@ def grep(
     matcher = Matcher(request, query)  # an invalid regex fails before the index is read
     globs = tuple(compile_glob(g) for g in request.path_glob or ())
     with transaction(conn, write=False):
+        if grep_text.grep_off(conn):
+            raise RiffluxError(
+                "grep is off for this index (RIFFLUX_GREP_INDEX=0 when it was last indexed); "
+                "use search_rifflux, or reindex with RIFFLUX_GREP_INDEX=1"
+            )
         if not grep_text.has_grep(conn):
             raise RiffluxError(
                 "this index has no text for grep yet; reindex once (rifflux index, or the "

@@ -79,9 +79,36 @@ MIN_TRAINING_BYTES = 256 * 1024
 MIN_TRAINING_BLOCKS = 64
 
 
+GREP_OFF_KEY = "grep_index_off"
+"""``index_metadata`` key present when the index keeps no grep rows (:func:`set_grep`)."""
+
+
 def has_grep(conn: sqlite3.Connection) -> bool:
-    """Whether the index has the grep tables (created together)."""
-    return has_schema_object(conn, "table", GREP_TABLE)
+    """Whether the index keeps grep rows: it has the tables (created together) and they
+    are not switched off."""
+    return has_schema_object(conn, "table", GREP_TABLE) and not grep_off(conn)
+
+
+def grep_off(conn: sqlite3.Connection) -> bool:
+    """Whether the index's grep rows are switched off (``RIFFLUX_GREP_INDEX=0``)."""
+    row = conn.execute("SELECT 1 FROM index_metadata WHERE key = ?", (GREP_OFF_KEY,)).fetchone()
+    return row is not None
+
+
+def set_grep(conn: sqlite3.Connection, on: bool) -> bool:
+    """Switch the index's grep rows on or off (inside a transaction); whether that changed
+    anything. Off removes every grep row; on again leaves every file without rows, so
+    the job that switches it on (its plan runs next) re-chunks them all (:func:`stale_paths`)."""
+    if not has_schema_object(conn, "table", GREP_TABLE) or grep_off(conn) != on:
+        return False
+    if on:
+        conn.execute("DELETE FROM index_metadata WHERE key = ?", (GREP_OFF_KEY,))
+        return True
+    conn.execute("INSERT INTO index_metadata(key, value) VALUES (?, '1')", (GREP_OFF_KEY,))
+    for table in (GREP_TABLE, GREP_BLOCKS, DICTIONARY_TABLE):
+        conn.execute(f"DELETE FROM {table}")
+    conn.execute(f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES ('delete-all')")
+    return True
 
 
 def drop_old_tables(conn: sqlite3.Connection) -> int:

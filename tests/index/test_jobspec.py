@@ -20,11 +20,13 @@ def test_a_spec_survives_its_json_round_trip() -> None:
         embedding_backend="hash",
         hash_embedding_dim=64,
         vector_index="exact",
+        grep_index=False,
     )
     spec = JobSpec.from_settings(settings, force=True, prune_missing=False)
     again = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert again == spec and again.version == SPEC_VERSION
     assert (again.force, again.prune_missing, again.base_dir) == (True, False, "/srv/docs")
+    assert again.grep_index is False
 
 
 def test_settings_for_a_job_take_every_row_shaping_field_from_the_spec() -> None:
@@ -36,6 +38,7 @@ def test_settings_for_a_job_take_every_row_shaping_field_from_the_spec() -> None
         batch_target_bytes=1,
         base_dir=Path("/elsewhere"),
         embedding_backend="onnx",
+        grep_index=False,
         workers=7,
     )
     spec = JobSpec.from_settings(submitter)
@@ -62,7 +65,7 @@ def test_a_job_row_from_before_the_spec_decodes_with_todays_defaults() -> None:
     defaults = Settings()
     assert spec.version == 0
     assert (spec.force, spec.include_globs, spec.max_chunk_chars) == (True, ("*.md",), 900)
-    assert spec.allow_secret_paths is False
+    assert spec.allow_secret_paths is False and spec.grep_index is True
     assert spec.embedding_backend == defaults.embedding_backend
     assert spec.vector_index == defaults.vector_index
     assert JobSpec.from_dict({}) == JobSpec(version=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -499,3 +500,35 @@ def test_the_chunk_step_reads_the_files_and_skips_one_changed_since_the_plan(
     finally:
         conn.close()
     assert row is not None and row[0] == touched.stat().st_mtime_ns
+
+
+def test_a_job_keeps_grep_rows_as_its_submitter_says_whatever_its_workers_say(
+    tmp_path: Path,
+) -> None:
+    """``RIFFLUX_GREP_INDEX`` travels in the job's spec: a job submitted with it off,
+    run by workers with it on, removes the grep rows; one submitted with it on writes
+    them again for every file."""
+    corpus = copy_corpus(tmp_path / "docs", limit=12)
+    worker = make_settings(tmp_path)
+    submitter_off = replace(worker, grep_index=False)
+
+    def grep_files() -> int:
+        conn = open_index(worker.db_path)
+        try:
+            return int(conn.execute("SELECT count(*) FROM grep_files").fetchone()[0])
+        finally:
+            conn.close()
+
+    def run(submitter) -> None:
+        job_id = submit(submitter, [corpus])
+        _, sent = plan(worker, job_id)
+        for request in sent.chunks:
+            run_batch(request)
+        pipeline.finalize(finalize_request(str(worker.db_path), job_id))
+
+    run(worker)
+    assert grep_files() == 12
+    run(submitter_off)
+    assert grep_files() == 0
+    run(worker)
+    assert grep_files() == 12

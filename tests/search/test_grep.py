@@ -13,6 +13,7 @@ import random
 import re
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -415,6 +416,34 @@ def test_an_index_without_grep_rows_gets_them_from_the_next_job(tmp_path: Path) 
     Indexer(settings).run([tmp_path / "notes"])  # the file itself is unchanged
     assert rows(run_grep(settings, "needle_x"))[0][:2] == ("notes/a.md", 6)
     assert rows(run_grep(settings, "title: A"))[0][:2] == ("notes/a.md", 2)
+
+
+def test_grep_index_off_removes_the_rows_and_on_again_writes_them(tmp_path: Path) -> None:
+    """``RIFFLUX_GREP_INDEX=0``: the next job leaves no grep row (the trigram table
+    included) and grep says it is off, search still answers; ``1`` again: the next job
+    writes the rows of every file, unchanged ones included."""
+    settings = index_one(tmp_path, {"a.md": "# A\n\nneedle_q here\n", "b.md": "# B\n\nother\n"})
+    assert rows(run_grep(settings, "needle_q"))[0][:2] == ("notes/a.md", 3)
+    Indexer(replace(settings, grep_index=False)).run([tmp_path / "notes"])
+    conn = open_index(settings.db_path)
+    for table in ("grep_files", "grep_blocks", "grep_dictionaries"):
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+    hits = "SELECT rowid FROM grep_block_trigrams WHERE grep_block_trigrams MATCH '\"edl\"'"
+    assert conn.execute(hits).fetchall() == []
+    conn.close()
+    with pytest.raises(RiffluxError, match="grep is off for this index"):
+        run_grep(settings, "needle_q")
+    service = SearchService(settings)
+    try:
+        assert service.search("needle_q", mode="lexical")[0]["path"] == "notes/a.md"
+    finally:
+        service.close()
+    Indexer(replace(settings, grep_index=False)).run([tmp_path / "notes"])  # still off
+    with pytest.raises(RiffluxError, match="grep is off"):
+        run_grep(settings, "needle_q")
+    Indexer(settings).run([tmp_path / "notes"])  # on: both files rewritten
+    assert rows(run_grep(settings, "needle_q"))[0][:2] == ("notes/a.md", 3)
+    assert rows(run_grep(settings, "other"))[0][:2] == ("notes/b.md", 3)
 
 
 def test_case_insensitive_matches_letters_that_fold_to_ascii(tmp_path: Path) -> None:
