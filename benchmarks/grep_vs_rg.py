@@ -22,6 +22,8 @@ on PATH (Debian: ``apt-get install ripgrep``).
     nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --generate 100000 \\
         --workdir /tmp/bench-grep-100k --reuse-index --literals 50 --regexes 20 \\
         --rounds 1 --insensitive-only --out grep-100k.json
+    nice -n 10 .venv/bin/python -m benchmarks.grep_vs_rg --embedder onnx --files 200 \\
+        --index-only --workdir /tmp/bench-grep-onnx
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 import rifflux
+from benchmarks.corpus_sample import copy_files
 from benchmarks.harness import DEFAULT_CORPUS, machine
 from benchmarks.scale_corpus import generate
 from rifflux.config import Settings
@@ -93,11 +96,11 @@ def text_files(corpus: Path, paths: list[str], count: int, seed: int) -> dict[st
     return files
 
 
-def index(corpus: Path, db: Path, *, with_grep: bool) -> dict[str, Any]:
+def index(corpus: Path, db: Path, *, with_grep: bool, embedder: str = "hash") -> dict[str, Any]:
     if db.exists():
         db.unlink()
     shutil.rmtree(f"{db}.vectors", ignore_errors=True)
-    settings = Settings(db_path=db, base_dir=corpus, embedding_backend="hash")
+    settings = Settings(db_path=db, base_dir=corpus, embedding_backend=embedder)
     original = grep_text.has_grep
     if not with_grep:
         grep_text.has_grep = lambda conn: False  # type: ignore[assignment]
@@ -368,6 +371,18 @@ def main() -> int:
     )
     parser.add_argument("--index-runs", type=int, default=2, help="index runs per variant")
     parser.add_argument(
+        "--embedder",
+        choices=("hash", "onnx"),
+        default="hash",
+        help="the indexes' embedder (grep reads no vectors; onnx: the default's full cost)",
+    )
+    parser.add_argument(
+        "--files", type=int, metavar="N", help="index only the first N files of the corpus"
+    )
+    parser.add_argument(
+        "--index-only", action="store_true", help="report the index figures, search nothing"
+    )
+    parser.add_argument(
         "--reuse-index", action="store_true", help="search WORKDIR/with.db as it is"
     )
     parser.add_argument("--out", type=Path, help="write the JSON here too")
@@ -382,6 +397,11 @@ def main() -> int:
         if not generated.is_dir():
             generate(generated, args.generate, source=corpus)
         corpus = generated.resolve()
+    if args.files:
+        sliced = args.workdir / f"corpus-{args.files}"
+        if not sliced.is_dir():
+            copy_files(corpus, sliced, args.files)
+        corpus = sliced.resolve()
     rg_version = subprocess.run(["rg", "--version"], capture_output=True, text=True).stdout
     out: dict[str, Any] = {
         "machine": machine(),
@@ -393,7 +413,8 @@ def main() -> int:
     for _ in range(args.index_runs if not args.reuse_index else 0):
         for grep_on in (False, True):
             name = "with.db" if grep_on else "without.db"
-            runs[grep_on].append(index(corpus, args.workdir / name, with_grep=grep_on))
+            db = args.workdir / name
+            runs[grep_on].append(index(corpus, db, with_grep=grep_on, embedder=args.embedder))
     if args.reuse_index:
         out["index"] = "not measured (--reuse-index)"
     else:
@@ -409,6 +430,10 @@ def main() -> int:
             "grep_tables_per_text_byte": round(with_grep["grep_bytes"] / text_bytes, 2),
             "index_cpu_increase": round(with_grep["index_cpu_s"] / without["index_cpu_s"] - 1, 3),
         }
+    if args.index_only:
+        out["runs"] = {"with_grep": runs[True], "without_grep": runs[False]}
+        print(json.dumps(out, indent=1))
+        return 0
     literals = sample_literals(files, corpus, args.literals, seed=35)
     regexes = sample_regexes(files, corpus, args.regexes, seed=36, selective=True)
     broad_count = args.regexes if args.broad_regexes is None else args.broad_regexes
