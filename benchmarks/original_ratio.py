@@ -64,7 +64,8 @@ def server(which: str, args: argparse.Namespace, work: Path) -> StdioServerParam
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFFLUX_")} | settings
     if which == "ours":
         # checkout_env drops every inherited RIFFLUX_* variable: the settings go again.
-        env = checkout_env(args.repo, env, RIFFLUX_ALLOWED_ROOTS=str(args.corpus), **settings)
+        ours = settings | dict(args.ours_env)
+        env = checkout_env(args.repo, env, RIFFLUX_ALLOWED_ROOTS=str(args.corpus), **ours)
         command = checkout_python(args.repo)
         argv = ["-m", "rifflux.mcp", "--transport", "stdio"]
         cwd = args.repo
@@ -108,6 +109,14 @@ def main() -> int:
     parser.add_argument("--repo", type=Path, default=REPO, help="our checkout to run")
     parser.add_argument(
         "--original", type=Path, default=REPO / ".bench" / "original", help="its install dir"
+    )
+    parser.add_argument(
+        "--ours-env",
+        action="append",
+        default=[],
+        type=lambda text: tuple(text.split("=", 1)),
+        metavar="RIFFLUX_NAME=VALUE",
+        help="a setting for our server only (e.g. RIFFLUX_GREP_INDEX=0); repeatable",
     )
     args = parser.parse_args()
     args.corpus = args.corpus.resolve()
