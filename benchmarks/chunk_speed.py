@@ -102,7 +102,7 @@ def main() -> int:
     max_chars, min_chars = settings.max_chunk_chars, settings.min_chunk_chars
     paths = sorted(args.corpus.resolve().rglob("*.md"))
     texts = [(str(p), p.read_text(encoding="utf-8", errors="replace")) for p in paths]
-    sources = [chunker._normalize_source(text) for _, text in texts]
+    sources = [chunker.normalize_text(text) for _, text in texts]
 
     fast_chunks, fast_cpu = cpu(lambda: chunk_all(texts, max_chars, min_chars, True), args.rounds)
     slow_chunks, slow_cpu = cpu(lambda: chunk_all(texts, max_chars, min_chars, False), args.rounds)

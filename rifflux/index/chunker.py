@@ -169,7 +169,7 @@ def chunk_markdown(text: str, *, max_chars: int, min_chars: int, title: str = ""
 
     ``title`` names the document when it has no H1 and no front matter of its own."""
     _check_limits(max_chars, min_chars)
-    src = _normalize_source(text)
+    src = normalize_text(text)
     if not src.strip():
         return []
     lines = _Lines(src)
@@ -194,7 +194,7 @@ def chunk_markdown(text: str, *, max_chars: int, min_chars: int, title: str = ""
 def chunk_plain_text(text: str, *, max_chars: int, min_chars: int) -> list[Chunk]:
     """Split plain text on blank lines, pack paragraphs up to max_chars, split long ones."""
     _check_limits(max_chars, min_chars)
-    src = _normalize_source(text)
+    src = normalize_text(text)
     bounds = [0]
     for match in _PARAGRAPH_BREAK.finditer(src):
         bounds += [match.start(), match.end()]
@@ -218,16 +218,19 @@ def normalize_rel_path(rel_path: str) -> str:
     return root + "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
-def chunk_id_for(rel_path: str, chunk_index: int) -> str:
+def _chunk_id(normalized_path: str, chunk_index: int) -> str:
     """Stable chunk id: hex sha256 of "<normalised path>::<index>"."""
-    key = f"{normalize_rel_path(rel_path)}::{chunk_index}"
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{normalized_path}::{chunk_index}".encode()).hexdigest()
+
+
+def chunk_id_for(rel_path: str, chunk_index: int) -> str:
+    return _chunk_id(normalize_rel_path(rel_path), chunk_index)
 
 
 def chunk_ids_for(rel_path: str, count: int) -> list[str]:
     """``chunk_id_for`` of chunks ``0 .. count - 1`` of one file, its path normalised once."""
     path = normalize_rel_path(rel_path)
-    return [hashlib.sha256(f"{path}::{i}".encode()).hexdigest() for i in range(count)]
+    return [_chunk_id(path, i) for i in range(count)]
 
 
 def _check_limits(max_chars: int, min_chars: int) -> None:
@@ -239,10 +242,11 @@ def _check_limits(max_chars: int, min_chars: int) -> None:
         )
 
 
-def _normalize_source(text: str) -> str:
-    # markdown-it counts lines on "\n" only, so "\r\n" and "\r" must go before slicing by line
-    # (a memchr scan first: most texts have no "\r", and the regex pass costs more).
+def normalize_text(text: str) -> str:
+    """Newlines as ``\\n`` and no byte order mark: the text the chunker slices (markdown-it
+    counts lines on ``\\n`` only) and grep searches."""
     text = text.removeprefix("\ufeff")
+    # Most texts have no "\r": a memchr scan then spares a regex pass over the whole text.
     return _NEWLINES.sub("\n", text) if "\r" in text else text
 
 

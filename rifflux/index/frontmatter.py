@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from rifflux.index.chunker import MARKDOWN_SUFFIXES
+from rifflux.index.chunker import MARKDOWN_SUFFIXES, normalize_text
 
 MAX_FRONT_MATTER_CHARS = 64_000
 """A longer block is not front matter anyone writes by hand: kept as text, reported."""
@@ -56,7 +56,6 @@ MAX_ABOUT_CHARS = 2_000
 
 # The chunker's pattern (rifflux.index.chunker._FRONT_MATTER), after newline normalisation.
 _BLOCK = re.compile(r"\A(---|\+\+\+)[ \t]*\n(?P<body>(?:.*?\n)?)\1[ \t]*(?:\n|\Z)", re.S)
-_NEWLINES = re.compile(r"\r\n?")
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Keys stored in their own columns; the rest go to ``extra`` as JSON.
@@ -113,13 +112,6 @@ class FrontMatter:
         """Every key but the named ones, as a JSON object (keys sorted)."""
         extra = {k: v for k, v in self.fields.items() if k not in NAMED_KEYS}
         return json.dumps(extra, ensure_ascii=False, sort_keys=True)
-
-
-def normalize_text(text: str) -> str:
-    """Newlines as ``\\n`` and no byte order mark: the text the chunker slices."""
-    text = text.removeprefix("\ufeff")
-    # Most files have no "\r": a memchr scan then spares a regex pass over the whole text.
-    return _NEWLINES.sub("\n", text) if "\r" in text else text
 
 
 def split_front_matter(text: str, rel_path: str) -> FrontMatter:

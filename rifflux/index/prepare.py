@@ -19,8 +19,8 @@ import numpy as np
 
 from rifflux.embed.base import Embedder
 from rifflux.index.changes import FileWork
-from rifflux.index.chunker import chunk_document, chunk_ids_for
-from rifflux.index.frontmatter import normalize_text, split_front_matter
+from rifflux.index.chunker import chunk_document, chunk_ids_for, normalize_text
+from rifflux.index.frontmatter import split_front_matter
 from rifflux.index.kinds import classify
 from rifflux.store import grep_text
 from rifflux.store.rows import PreparedChunk, PreparedFile, headings_json

@@ -65,7 +65,7 @@ def assert_same_structure(
     ``scanned``: True if the scan must handle ``text``, False if it must fall back, None
     for either (generated input may nest deeper than markdown-it parses).
     """
-    src = chunker._normalize_source(text)
+    src = chunker.normalize_text(text)
     if markdown_it_fails(src):
         # No reference to compare with: the chunker must still chunk the text.
         for max_chars, min_chars in limits:
@@ -258,7 +258,7 @@ IndexError on the rest."""
 def test_a_text_markdown_it_fails_on_is_one_block_and_its_batch_is_indexed(
     tmp_path: Path,
 ) -> None:
-    assert markdown_it_fails(chunker._normalize_source(HOSTILE))
+    assert markdown_it_fails(chunker.normalize_text(HOSTILE))
     for max_chars, min_chars in LIMITS:
         chunks = chunker.chunk_markdown(HOSTILE, max_chars=max_chars, min_chars=min_chars)
         assert "".join(c.content for c in chunks).replace("\n", "") == HOSTILE.rstrip().replace(

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rifflux.index.changes import FileWork
+from rifflux.index.chunker import normalize_text
 from rifflux.index.frontmatter import (
     MAX_FRONT_MATTER_CHARS,
     MAX_KEY_PARTS,
-    normalize_text,
     split_front_matter,
     tag_list,
     toml_key_parts,

@@ -13,7 +13,8 @@ from rifflux_testing import make_settings
 
 from rifflux.embed.hashing import HashEmbedder
 from rifflux.index import kinds, pipeline, prepare
-from rifflux.index.frontmatter import FrontMatter, normalize_text
+from rifflux.index.chunker import normalize_text
+from rifflux.index.frontmatter import FrontMatter
 from rifflux.index.indexer import Indexer
 from rifflux.index.jobspec import JobSpec
 from rifflux.index.messages import finalize_request, plan_request

@@ -20,7 +20,7 @@ from mcp_support import (  # noqa: F401  (fixtures)
     stdio_session,
 )
 
-from rifflux.index.frontmatter import normalize_text
+from rifflux.index.chunker import normalize_text
 from rifflux.index.indexer import Indexer
 from rifflux.search.budget import response_tokens
 
