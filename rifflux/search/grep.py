@@ -830,8 +830,7 @@ def _block_texts(
     if len(file.blocks) == file.block_count > 1:
 
         def whole() -> bytes:
-            read = reader.blocks(first, file.block_count)
-            return b"".join(read.get(b, b"") for b in range(first, first + file.block_count))
+            return reader.whole(first, file.block_count)[0]
 
         yield 0, TEXTS.get(f"{file.sha256}:*", whole, keep=keep)
         return
@@ -884,13 +883,7 @@ class _FilePlace:
     def context(self, k: int, line_start: int) -> tuple[list[str], list[str]]:
         """The context lines around the line at ``line_start`` of block ``k``."""
         if self._whole is None:
-            first, count = self.file.first_block, self.file.block_count
-            read = self.reader.blocks(first, count)
-            texts = [read.get(block_id, b"") for block_id in range(first, first + count)]
-            offsets = [0]
-            for text in texts:
-                offsets.append(offsets[-1] + len(text))
-            self._whole = b"".join(texts), offsets
+            self._whole = self.reader.whole(self.file.first_block, self.file.block_count)
         whole, offsets = self._whole
         return _context(whole, offsets[k] + line_start, self.context_lines)
 

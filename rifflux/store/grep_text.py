@@ -273,12 +273,23 @@ class BlockReader:
         return b"" if row is None else self.inflate(row[0], row[1])
 
     def blocks(self, first: int, count: int) -> dict[int, bytes]:
-        """The texts of the blocks ``first`` .. ``first + count - 1`` there are, by id."""
+        """The texts of the blocks ``first`` .. ``first + count - 1`` there are, by
+        ascending id."""
         rows = self.conn.execute(
-            f"SELECT id, dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ?",
+            f"SELECT id, dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ? ORDER BY id",
             (first, first + count - 1),
         )
         return {int(block_id): self.inflate(d, blob) for block_id, d, blob in rows}
+
+    def whole(self, first: int, count: int) -> tuple[bytes, list[int]]:
+        """A file's text from its blocks ``first`` .. ``first + count - 1``, and where
+        each block starts in it (bytes; one more offset: the end)."""
+        read = self.blocks(first, count)
+        texts = [read.get(block_id, b"") for block_id in range(first, first + count)]
+        offsets = [0]
+        for text in texts:
+            offsets.append(offsets[-1] + len(text))
+        return b"".join(texts), offsets
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -305,11 +316,7 @@ def _forget(conn: sqlite3.Connection, ranges: Iterable[tuple[int, int]]) -> None
     deletes: list[tuple[int, str]] = []
     spans = [(first, count) for first, count in ranges if count]
     for first, count in spans:
-        rows = conn.execute(
-            f"SELECT id, dictionary, text FROM {GREP_BLOCKS} WHERE id BETWEEN ? AND ? ORDER BY id",
-            (first, first + count - 1),
-        )
-        deletes += [(int(i), reader.inflate(d, blob).decode("utf-8")) for i, d, blob in rows]
+        deletes += [(i, text.decode("utf-8")) for i, text in reader.blocks(first, count).items()]
     conn.executemany(
         f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, text) VALUES ('delete', ?, ?)",
         deletes,
@@ -326,15 +333,11 @@ def _dictionary_id(conn: sqlite3.Connection, data: bytes, known: dict[bytes, int
         return None
     if data not in known:
         row = conn.execute(f"SELECT id FROM {DICTIONARY_TABLE} WHERE data = ?", (data,)).fetchone()
-        known[data] = (
-            int(row[0])
-            if row is not None
-            else int(
-                conn.execute(
-                    f"INSERT INTO {DICTIONARY_TABLE}(data) VALUES (?) RETURNING id", (data,)
-                ).fetchone()[0]
-            )
-        )
+        if row is None:
+            row = conn.execute(
+                f"INSERT INTO {DICTIONARY_TABLE}(data) VALUES (?) RETURNING id", (data,)
+            ).fetchone()
+        known[data] = int(row[0])
     return known[data]
 
 
