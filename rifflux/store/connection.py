@@ -77,6 +77,11 @@ RETRY_CAP_SECONDS = 2.0
 # past SQLite's default 2 MiB cache it spilled dirty pages into the WAL before the
 # commit wrote them again, and read evicted ones back.
 BATCH_CACHE_KIB = 32 * 1024
+# The page size of a new index. A batch write is mostly FTS5 segment blobs and rows of
+# ~1 KB text; on awesome-copilot 16 KiB pages cut a hash job's CPU by 4-6 % (fewer
+# b-tree pages to balance and log) and the file by 6 % against SQLite's 4 KiB, with the
+# same search latency. An index created with other pages keeps them.
+PAGE_SIZE = 16_384
 
 # index_metadata key of the random id that ties a vector cache to one database file
 # (rifflux.vectors.publish reads it under this name).
@@ -331,7 +336,9 @@ def open_index(path: Path | str) -> sqlite3.Connection:
                 _refuse_foreign(conn, db_path)
         if version is None:
             # Before the first page is written (a no-op on a file a racing opener
-            # created): pages freed later go back to the file system (free_pages).
+            # created): pages freed later go back to the file system (free_pages), and
+            # pages of PAGE_SIZE bytes.
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             _use_wal(conn)
             with transaction(conn):

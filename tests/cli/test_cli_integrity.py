@@ -12,8 +12,9 @@ from cache_damage import DAMAGES
 from rifflux_testing import copy_corpus
 from test_cli import rifflux
 
+from rifflux.store.connection import PAGE_SIZE
+
 QUERY = "kubernetes deployment best practices"
-PAGE_SIZE = 4096
 
 
 def indexed(tmp_path: Path, name: str = "") -> Path:

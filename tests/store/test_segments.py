@@ -18,7 +18,7 @@ from rifflux.index.messages import EmbedRequest, VectorsRequest, finalize_reques
 from rifflux.queue.client import IndexQueue
 from rifflux.search.lexical import lexical_search
 from rifflux.store import jobs
-from rifflux.store.connection import open_index, transaction
+from rifflux.store.connection import PAGE_SIZE, open_index, transaction
 from rifflux.store.fts import FTS_TABLE
 from rifflux.store.paths import PATH_TABLE
 from rifflux.store.segments import (
@@ -151,7 +151,7 @@ def test_a_full_run_gives_the_pages_it_freed_back_with_the_same_results(
     Indexer(released).run([corpus])
     mode, free_kept, bytes_kept = file_state(kept.db_path)
     assert mode == 2 and free_kept > 0  # the merge freed pages: the check proves something
-    assert file_state(released.db_path) == (2, 0, bytes_kept - free_kept * 4096)
+    assert file_state(released.db_path) == (2, 0, bytes_kept - free_kept * PAGE_SIZE)
     assert rankings(released.db_path) == rankings(kept.db_path)
 
 
