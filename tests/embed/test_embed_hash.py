@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from rifflux.embed import Embedder, HashEmbedder, hashing
+from rifflux.embed.base import l2_normalise
 
 
 def test_hash_embedder_implements_the_protocol_with_its_label():
@@ -65,14 +66,31 @@ def test_hash_vectors_are_bit_identical_to_the_pinned_release(dim, digest):
     assert hashlib.sha256(raw).hexdigest() == digest
 
 
-def test_hash_vectors_stay_pinned_when_features_tie_in_the_sort_key(monkeypatch):
-    # Keep 4 bits of each feature beside the text number: most features of a text tie on
-    # the key, and the block is sorted again on the full features.
-    monkeypatch.setattr(hashing, "_ROW_BITS", np.uint64(60))
-    monkeypatch.setattr(hashing, "_ROW_SHIFT", np.uint64(4))
-    vectors = HashEmbedder(384).embed_batch(PINNED_TEXTS)
-    raw = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
-    assert hashlib.sha256(raw).hexdigest() == PINNED_DIGESTS[384]
+def _reference_vector(text: str, dim: int) -> np.ndarray:
+    """The definition, one text at a time: each distinct feature adds ±(1 + ln tf) to its
+    bucket, features in ascending order; then the row is L2-normalised."""
+    words = np.array([hashing._word_hash(w) for w in _regex_words(text)], dtype=np.uint64)
+    features = words.tolist() + hashing._bigram_hashes(words[:-1], words[1:]).tolist()
+    counts = {feature: features.count(feature) for feature in sorted(set(features))}
+    weights = 1.0 + np.log(np.array(list(counts.values()), dtype=np.float64))
+    row = [0.0] * dim
+    for feature, weight in zip(counts, weights.tolist(), strict=True):
+        row[(feature >> 1) % dim] += weight if feature & 1 else -weight
+    return l2_normalise(np.array([row]))[0]
+
+
+def test_hash_vectors_match_the_definition_for_texts_of_every_length(monkeypatch):
+    # Texts of 0 to 300 words in one block (their features are sorted in rows padded to
+    # the longest of a group), and a word whose hash is the padding value.
+    real_hash = hashing._word_hash
+    monkeypatch.setattr(
+        hashing, "_word_hash", lambda word: 2**64 - 1 if word == b"pad" else real_hash(word)
+    )
+    texts = [" ".join(f"w{(i * j) % 50}" for j in range(i)) for i in range(0, 301, 7)]
+    texts += ["pad", "pad pad w1 pad", "x pad y pad x pad", *PINNED_TEXTS]
+    vectors = HashEmbedder(97).embed_batch(texts)
+    for text, vector in zip(texts, vectors, strict=True):
+        np.testing.assert_array_equal(vector, _reference_vector(text, 97))
 
 
 def test_hash_is_case_insensitive_and_ignores_punctuation():
@@ -116,15 +134,53 @@ def test_hash_rejects_nonpositive_dim():
         HashEmbedder(0)
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "".join(map(chr, range(128))),
-        "snake_case CamelCase x86_64 v1.2.3 a-b a/b a\tb\x1fc\x0bd",
-        "KELVIN \u212a and café: \u00a0nbsp\u2028line — dash",
-        "ΣΊΣΥΦΟΣ straße 東京タワー",
-    ],
-)
-def test_hash_words_are_the_lower_cased_regex_words(text):
-    # ASCII texts are split with str.translate and str.split, others with the regex.
-    assert hashing._words(text) == re.findall(r"\w+", text.lower())
+WORD_TEXTS = [
+    "".join(map(chr, range(128))),
+    "snake_case CamelCase x86_64 v1.2.3 a-b a/b a\tb\x1fc\x0bd",
+    "KELVIN \u212a and café: \u00a0nbsp\u2028line — dash",
+    "ΣΊΣΥΦΟΣ straße 東京タワー",
+    # Runs that mix ASCII word characters with other characters, word or not.
+    "abc東京def x_é_y 123٤٥٦ a—b a\u00a0b a😀b İstanbul e\u0301t\u0301 \u0301abc",
+    "ﬁle Ǆ \u0345 \uff21\uff22 \U0001d400x ab\u200bcd \u3000x\u3000",
+    "lone \ud800 surrogate\udfffx \ud83d\ude00 a",
+    "".join(map(chr, range(128, 1024))),
+    # Words around the 8- and 16-byte keys of the short-word table, and longer ones.
+    " ".join("abcdefghijklmnopqrstuvwxyz"[:n] for n in range(1, 27)),
+    " ".join("Z" * n for n in range(1, 20)) + " " + "_9" * 40,
+    "",
+    "!!! ---",
+    "é",
+    "word",
+]
+
+
+@pytest.mark.parametrize("texts", [WORD_TEXTS, WORD_TEXTS[-6:], WORD_TEXTS[:4]])
+def test_hash_words_are_the_lower_cased_regex_words(texts):
+    # Texts are split as bytes in numpy; runs holding non-ASCII characters go through the
+    # regex, short ASCII words through a numpy table, long ones through a dict.
+    words = [(row, word) for row, text in enumerate(texts) for word in _regex_words(text)]
+    for _ in range(2):  # the second time from the caches
+        hashes, rows = HashEmbedder()._block_words(texts)
+        assert rows.tolist() == [row for row, _ in words]
+        assert hashes.tolist() == [hashing._word_hash(word) for _, word in words]
+
+
+def _regex_words(text: str) -> list[bytes]:
+    return [word.encode("utf-8") for word in re.findall(r"\w+", text.lower())]
+
+
+def test_hash_words_keep_their_hashes_when_the_caches_grow_and_are_dropped(monkeypatch):
+    # 200 new words a text: the table grows in the first block, and again with them in it.
+    texts = [" ".join(f"w{i}x{j}" for j in range(200)) + " ünï" for i in range(400)]
+    texts.append(" ".join(f"long_word_number_{i}" for i in range(3000)))
+    embedder = HashEmbedder()
+    first = embedder.embed_batch(texts)
+    for text, vector in zip(texts[::80], first[::80], strict=True):
+        np.testing.assert_array_equal(HashEmbedder().embed_batch([text])[0], vector)
+    # Again, with the words of the first texts from the grown table.
+    np.testing.assert_array_equal(embedder.embed_batch(texts), first)
+    monkeypatch.setattr(hashing, "MAX_CACHED_WORDS", 1000)
+    np.testing.assert_array_equal(embedder.embed_batch(texts), first)
+    hashes, _ = embedder._block_words(texts[:5])
+    expected = [hashing._word_hash(word) for text in texts[:5] for word in _regex_words(text)]
+    assert hashes.tolist() == expected
