@@ -774,9 +774,11 @@ def classify(rel_path: str, front: FrontMatter, chunk_contents: Sequence[str]) -
             decision=decision.decision,
             extra=front.extra_json(),
         )
-    spans = chunk_spans(front.body, chunk_contents)
     pairs = []
-    for pair in error_sections(front.body, found):
+    found_pairs = error_sections(front.body, found)
+    # Most files have no error section: their chunks are not located.
+    spans = chunk_spans(front.body, chunk_contents) if found_pairs else []
+    for pair in found_pairs:
         over = _chunks_over(spans, pair.section.start, pair.section.end)
         if over:
             pairs.append(
