@@ -33,7 +33,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, pairwise
+from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
@@ -140,10 +140,8 @@ class _Lines:
     def __init__(self, src: str) -> None:
         self.src = src
         self.parts = src.split("\n")  # also the block scan's lines
-        starts = list(accumulate((len(line) + 1 for line in self.parts), initial=0))
-        starts[-1] = len(src)  # the last line has no newline to step over
-        self.starts = starts
-        self.count = len(starts) - 1
+        self.starts = block_scan.line_starts(src, self.parts)
+        self.count = len(self.starts) - 1
 
     def span(self, lo: int, hi: int) -> tuple[int, int] | None:
         """Stripped character span of lines ``[lo, hi)``, or None if they are blank."""
@@ -271,7 +269,7 @@ def _openers(lines: _Lines, body_line: int, body_start: int) -> list[Opener]:
     if FAST_BLOCK_SCAN and block_scan.enabled():
         try:
             # No block rule looks back, so the scan can start at the body's first line.
-            return block_scan.scan(src, body_line, lines.parts)
+            return block_scan.scan(src, body_line, lines.parts, lines.starts)
         except block_scan.Unsure:
             pass  # markdown-it below decides
     if body_line:
