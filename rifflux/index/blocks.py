@@ -230,10 +230,12 @@ class _Parser:
             return self.fence(line, end, silent=True)
         if char == ">":
             return not self.is_code(line)
-        if char in "*-_" and self.hr(line):
+        # A silent rule has no effect but its answer, so the list is asked before the hr:
+        # a list item's line (the usual case) then spares the hr's pattern.
+        if (char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=True):
             return True
-        if char in "*-+" or "0" <= char <= "9":
-            return self.list(line, end, silent=True)
+        if char in "*-_":
+            return self.hr(line)
         if char == "<":
             return self.html_block(line, end, silent=True)
         if char == "#":
