@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from rifflux.index.chunker import MARKDOWN_SUFFIXES
+from rifflux.index.chunker import MARKDOWN_SUFFIXES, push_heading
 from rifflux.index.frontmatter import FrontMatter, text_value
 from rifflux.store.rows import ErrorPair, FileKnowledge
 
@@ -125,16 +125,13 @@ def sections(body: str, title: str = "", *, markdown: bool = True) -> list[Secti
     if markdown:
         heads = _headings(body)
     has_h1 = any(level == 1 for level, _, _, _ in heads)
-    stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
-    root = _crumb(stack)  # the front matter title, when it names the document
+    stack = [(0, title)] if title and not has_h1 else []
+    root = title if stack else ""  # the front matter title, when it names the document
     out = [Section(0, root, root, 0, 0, heads[0][2] if heads else len(body), len(body), "")]
     ends = _section_ends(heads, len(body))
     for k, (level, text, start, after) in enumerate(heads):
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, text))
+        crumb = push_heading(stack, level, text)
         lead_end = heads[k + 1][2] if k + 1 < len(heads) else len(body)
-        crumb = _crumb(stack)
         out.append(
             Section(level, text, crumb, start, after, lead_end, ends[k], heading_label(text))
         )
@@ -151,10 +148,6 @@ def _section_ends(heads: Sequence[tuple[int, str, int, int]], length: int) -> li
             ends[open_heads.pop()] = start
         open_heads.append(k)
     return ends
-
-
-def _crumb(stack: list[tuple[int, str]]) -> str:
-    return " > ".join(text for _, text in stack if text)
 
 
 def _headings(body: str) -> list[tuple[int, str, int, int]]:
