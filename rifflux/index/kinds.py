@@ -667,6 +667,8 @@ def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSect
         + fix_labels(body, low)
         + fix_sentences(body, low)
     )
+    if not fixes:
+        return []  # most files: no section is searched for a signature
     found: list[ErrorSection] = []
     for section in all_sections:
         if section.level and is_fix_label(section.label):
