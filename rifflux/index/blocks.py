@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from itertools import accumulate, repeat
+from operator import add
 
 import markdown_it
 from markdown_it.common.utils import mdTrim
@@ -76,15 +78,29 @@ def enabled() -> bool:
     return markdown_it.__version__ == MIRRORED_VERSION
 
 
-def scan(src: str, first_line: int = 0, lines: list[str] | None = None) -> list[Opener]:
+def scan(
+    src: str,
+    first_line: int = 0,
+    lines: list[str] | None = None,
+    starts: list[int] | None = None,
+) -> list[Opener]:
     """The openers markdown-it's block parser would emit for ``src`` (newlines ``\\n``),
     from line ``first_line`` on, as if the lines before it were blank; ``lines`` is
-    ``src.split("\\n")`` if the caller has it."""
+    ``src.split("\\n")`` and ``starts`` its ``line_starts`` if the caller has them."""
     if "\0" in src:
         raise Unsure("NUL characters are rewritten by markdown-it before parsing")
-    parser = _Parser(src, src.split("\n") if lines is None else lines)
+    if lines is None:
+        lines = src.split("\n")
+    parser = _Parser(src, lines, line_starts(src, lines) if starts is None else starts)
     parser.tokenize(first_line, parser.line_max)
     return parser.out
+
+
+def line_starts(src: str, lines: list[str]) -> list[int]:
+    """Where each of ``lines`` (``src.split("\\n")``) starts in ``src``, then ``len(src)``."""
+    starts = list(accumulate(map(add, map(len, lines), repeat(1)), initial=0))
+    starts[-1] = len(src)  # the last line has no newline to step over
+    return starts
 
 
 def _column_count(text: str) -> int:
@@ -102,37 +118,34 @@ def _column_count(text: str) -> int:
     return count
 
 
+def _columns(parts: list[str], indents: list[int]) -> list[int]:
+    """The column each line's text starts at, a tab advancing to the next multiple of 4."""
+    columns = indents.copy()
+    for line, indent in enumerate(indents):
+        if indent and "\t" in parts[line][:indent]:
+            offset = 0
+            for char in parts[line][:indent]:
+                offset += 4 - offset % 4 if char == "\t" else 1
+            columns[line] = offset
+    return columns
+
+
 class _Parser:
     """markdown-it's ``StateBlock`` and block rules, emitting openers instead of tokens."""
 
-    def __init__(self, src: str, parts: list[str]) -> None:
+    def __init__(self, src: str, parts: list[str], starts: list[int]) -> None:
         self.src = src
         if not parts[-1].strip(_SPACES):
             # markdown-it gives a final line of only spaces and tabs (or nothing) no marker.
             parts = parts[:-1]
-        bmarks: list[int] = []
-        emarks: list[int] = []
-        tshift: list[int] = []
-        scount: list[int] = []
-        start = 0
-        for part in parts:
-            indent = len(part) - len(part.lstrip(_SPACES))
-            offset = indent
-            if indent and "\t" in part[:indent]:
-                offset = 0
-                for char in part[:indent]:
-                    offset += 4 - offset % 4 if char == "\t" else 1
-            end = start + len(part)
-            bmarks.append(start)
-            emarks.append(end)
-            tshift.append(indent)
-            scount.append(offset)
-            start = end + 1
-        length = len(src)
         self.line_max = len(parts)
+        bmarks = starts[: len(parts)]  # a copy: a blockquote moves its lines' marks
+        emarks: list[int] = list(map(add, bmarks, map(len, parts)))
+        tshift = [len(part) - len(part.lstrip(_SPACES)) for part in parts]
+        scount = _columns(parts, tshift) if "\t" in src else tshift.copy()
         # The fake line past the end that markdown-it appends to simplify bounds checks.
-        bmarks.append(length)
-        emarks.append(length)
+        bmarks.append(len(src))
+        emarks.append(len(src))
         tshift.append(0)
         scount.append(0)
         self.b = bmarks
@@ -217,10 +230,12 @@ class _Parser:
             return self.fence(line, end, silent=True)
         if char == ">":
             return not self.is_code(line)
-        if char in "*-_" and self.hr(line):
+        # A silent rule has no effect but its answer, so the list is asked before the hr:
+        # a list item's line (the usual case) then spares the hr's pattern.
+        if (char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=True):
             return True
-        if char in "*-+" or "0" <= char <= "9":
-            return self.list(line, end, silent=True)
+        if char in "*-_":
+            return self.hr(line)
         if char == "<":
             return self.html_block(line, end, silent=True)
         if char == "#":

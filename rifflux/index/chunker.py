@@ -33,7 +33,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, pairwise
+from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
@@ -140,10 +140,8 @@ class _Lines:
     def __init__(self, src: str) -> None:
         self.src = src
         self.parts = src.split("\n")  # also the block scan's lines
-        starts = list(accumulate((len(line) + 1 for line in self.parts), initial=0))
-        starts[-1] = len(src)  # the last line has no newline to step over
-        self.starts = starts
-        self.count = len(starts) - 1
+        self.starts = block_scan.line_starts(src, self.parts)
+        self.count = len(self.starts) - 1
 
     def span(self, lo: int, hi: int) -> tuple[int, int] | None:
         """Stripped character span of lines ``[lo, hi)``, or None if they are blank."""
@@ -271,7 +269,7 @@ def _openers(lines: _Lines, body_line: int, body_start: int) -> list[Opener]:
     if FAST_BLOCK_SCAN and block_scan.enabled():
         try:
             # No block rule looks back, so the scan can start at the body's first line.
-            return block_scan.scan(src, body_line, lines.parts)
+            return block_scan.scan(src, body_line, lines.parts, lines.starts)
         except block_scan.Unsure:
             pass  # markdown-it below decides
     if body_line:
@@ -328,24 +326,29 @@ def _sections(tops: _Tops, title: str) -> list[tuple[str, int, int]]:
     openers = tops.openers
     # A front matter title names the document only when no H1 does.
     has_h1 = any(openers[i][2] == HEADING and openers[i][3] == 1 for i in tops.index)
-    stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
+    stack = [(0, title)] if title and not has_h1 else []
     sections: list[tuple[str, int, int]] = []
-    path, first = _breadcrumb(stack), 0
+    path, first = title if stack else "", 0
     for k, index in enumerate(tops.index):
         _, _, kind, level, text = openers[index]
         if kind != HEADING:
             continue
         sections.append((path, first, k))
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, " ".join(text.split())))
-        path, first = _breadcrumb(stack), k
+        path, first = push_heading(stack, level, " ".join(text.split())), k
     sections.append((path, first, len(tops.index)))
     return sections
 
 
-def _breadcrumb(stack: list[tuple[int, str]]) -> str:
-    return HEADING_SEPARATOR.join(text for _, text in stack if text)
+def push_heading(stack: list[tuple[int, str]], level: int, text: str) -> str:
+    """Open a heading on a stack of open ``(level, breadcrumb)`` headings: close those at
+    its level or deeper, push it and return its breadcrumb, the texts of the headings
+    above it and its own joined by ``HEADING_SEPARATOR`` (empty texts left out)."""
+    while stack and stack[-1][0] >= level:
+        stack.pop()
+    above = stack[-1][1] if stack else ""
+    crumb = f"{above}{HEADING_SEPARATOR}{text}" if above and text else above or text
+    stack.append((level, crumb))
+    return crumb
 
 
 def _heading_marks(

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from rifflux.index.chunker import MARKDOWN_SUFFIXES
+from rifflux.index.chunker import MARKDOWN_SUFFIXES, push_heading
 from rifflux.index.frontmatter import FrontMatter, text_value
 from rifflux.store.rows import ErrorPair, FileKnowledge
 
@@ -57,7 +57,6 @@ TOP_LINES = 40
 
 # -- sections --------------------------------------------------------------------------
 
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _FENCE_CHARS = ("`", "~")
 
@@ -77,6 +76,14 @@ class LineStarts:
         self._first = re.compile(f"(?:{rest})", flags | re.M)
         self._later = re.compile(f"\n(?:{rest})", flags | re.M)
 
+    def matches(self, text: str) -> list[tuple[int, re.Match[str]]]:
+        """``(line start, match)`` for each match of ``anchored.finditer(text)``: the same
+        groups, the match of a later line opening with its newline."""
+        first = self._first.match(text)
+        found = [(0, first)] if first else []
+        found += [(match.start() + 1, match) for match in self._later.finditer(text)]
+        return found
+
     def starts(self, text: str) -> list[int]:
         """Where a match starts, ascending: ``[m.start() for m in anchored.finditer(text)]``."""
         found = [0] if self._first.match(text) else []
@@ -84,8 +91,13 @@ class LineStarts:
         return found
 
 
-# A line that may open or close a fence, be an ATX heading or a setext underline.
-_CANDIDATE = LineStarts(r" {0,3}(?:#|`{3,}|~{3,}|=+[ \t]*$|-+[ \t]*$)")
+# A line that may open or close a fence (its run of markers), be an ATX heading (its
+# marker and text) or a setext underline. The lookahead fails most lines at their first
+# character, before the alternatives are tried one by one.
+_CANDIDATE = LineStarts(
+    r" {0,3}(?=[`~#=-])"
+    r"(?:(`{3,}|~{3,})|(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$|(=+|-+)[ \t]*$)"
+)
 _NOT_PARAGRAPH = re.compile(r"^ {0,3}(?:[-*+>]|\d+[.)]|#|`{3}|~{3}|\|)")
 
 
@@ -113,16 +125,13 @@ def sections(body: str, title: str = "", *, markdown: bool = True) -> list[Secti
     if markdown:
         heads = _headings(body)
     has_h1 = any(level == 1 for level, _, _, _ in heads)
-    stack: list[tuple[int, str]] = [(0, title)] if title and not has_h1 else []
-    root = _crumb(stack)  # the front matter title, when it names the document
+    stack = [(0, title)] if title and not has_h1 else []
+    root = title if stack else ""  # the front matter title, when it names the document
     out = [Section(0, root, root, 0, 0, heads[0][2] if heads else len(body), len(body), "")]
     ends = _section_ends(heads, len(body))
     for k, (level, text, start, after) in enumerate(heads):
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, text))
+        crumb = push_heading(stack, level, text)
         lead_end = heads[k + 1][2] if k + 1 < len(heads) else len(body)
-        crumb = _crumb(stack)
         out.append(
             Section(level, text, crumb, start, after, lead_end, ends[k], heading_label(text))
         )
@@ -141,45 +150,31 @@ def _section_ends(heads: Sequence[tuple[int, str, int, int]], length: int) -> li
     return ends
 
 
-def _crumb(stack: list[tuple[int, str]]) -> str:
-    return " > ".join(text for _, text in stack if text)
-
-
 def _headings(body: str) -> list[tuple[int, str, int, int]]:
     """(level, text, start, body start) of each heading outside fenced code. Only the lines
-    that may open a fence, be an ATX heading or underline a setext one are looked at."""
+    that may open or close a fence, be an ATX heading or underline a setext one are looked
+    at, each matched once (``_CANDIDATE``'s groups say which)."""
     found: list[tuple[int, str, int, int]] = []
     fence = ""
-    for start in _CANDIDATE.starts(body):
-        newline = body.find("\n", start)
-        end = len(body) if newline < 0 else newline
-        line = body[start:end]
-        after = min(end + 1, len(body))
-        marker = line.lstrip()[:1]
-        if marker in _FENCE_CHARS:
-            opener = _FENCE.match(line)
-            if opener is None:
-                continue
+    for start, match in _CANDIDATE.matches(body):
+        run, hashes, text, underline = match.groups()
+        if run:
             if not fence:
-                fence = opener.group(1)
-            elif (
-                opener.group(1)[0] == fence[0]
-                and len(opener.group(1)) >= len(fence)
-                and not line.strip().lstrip(fence[0])
-            ):
-                fence = ""
+                fence = run
+            elif run[0] == fence[0] and len(run) >= len(fence):
+                newline = body.find("\n", start)
+                if not body[start : len(body) if newline < 0 else newline].strip().lstrip(run[0]):
+                    fence = ""
         elif fence:
             continue
-        elif marker == "#":
-            atx = _ATX.match(line)
-            if atx:
-                found.append(
-                    (len(atx.group(1)), " ".join((atx.group(2) or "").split()), start, after)
-                )
+        elif hashes:
+            after = min(match.end() + 1, len(body))
+            found.append((len(hashes), " ".join((text or "").split()), start, after))
         elif start > 0:
             heading = _setext_text(body, start)
             if heading is not None:
-                level = 1 if marker == "=" else 2
+                level = 1 if underline[0] == "=" else 2
+                after = min(match.end() + 1, len(body))
                 found.append((level, " ".join(heading[1].split()), heading[0], after))
     return found
 
@@ -672,6 +667,8 @@ def error_sections(body: str, all_sections: Sequence[Section]) -> list[ErrorSect
         + fix_labels(body, low)
         + fix_sentences(body, low)
     )
+    if not fixes:
+        return []  # most files: no section is searched for a signature
     found: list[ErrorSection] = []
     for section in all_sections:
         if section.level and is_fix_label(section.label):
@@ -774,9 +771,11 @@ def classify(rel_path: str, front: FrontMatter, chunk_contents: Sequence[str]) -
             decision=decision.decision,
             extra=front.extra_json(),
         )
-    spans = chunk_spans(front.body, chunk_contents)
     pairs = []
-    for pair in error_sections(front.body, found):
+    found_pairs = error_sections(front.body, found)
+    # Most files have no error section: their chunks are not located.
+    spans = chunk_spans(front.body, chunk_contents) if found_pairs else []
+    for pair in found_pairs:
         over = _chunks_over(spans, pair.section.start, pair.section.end)
         if over:
             pairs.append(

@@ -1,10 +1,11 @@
 """The fast forms of the kind rules' text scans find exactly what the plain forms find.
 
-``LineStarts`` replaces ``^rest`` (``re.M``) with ``\\nrest``, fix labels are found in
-the lower-cased text without ``re.I``, the fix-sentence nouns have one pattern each
-instead of one alternation, and section ends come from one pass instead of a search after
-each heading: each is checked here against the plain form, on the vendored corpora and
-on generated markdown made of the characters the patterns care about.
+``LineStarts`` replaces ``^rest`` (``re.M``) with ``\\nrest``, a heading is found by one
+match of its line (not a search for candidate lines, then a match of each), fix labels
+are found in the lower-cased text without ``re.I``, the fix-sentence nouns have one
+pattern each instead of one alternation, and section ends come from one pass instead of a
+search after each heading: each is checked here against the plain form, on the vendored
+corpora and on generated markdown made of the characters the patterns care about.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ CORPORA = Path(__file__).resolve().parents[1] / "corpus"
 
 # The plain forms (as the rules were written before the fast ones).
 PLAIN_CANDIDATE = re.compile(r"^ {0,3}(?:#|`{3,}|~{3,}|=+[ \t]*$|-+[ \t]*$)", re.M)
+PLAIN_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+PLAIN_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 PLAIN_FIX_LABEL = re.compile(
     r"^[ \t>*_+-]*(?:possible |root |the )?(solution|fix|resolution|workaround|cause|remedy"
     r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*",
@@ -84,6 +87,43 @@ def _plain_fix_sentences(text: str) -> list[int]:
     )
 
 
+def _plain_headings(body: str) -> list[tuple[int, str, int, int]]:
+    """Each candidate line sliced out and matched again by the pattern of its marker."""
+    found: list[tuple[int, str, int, int]] = []
+    fence = ""
+    for start in (m.start() for m in PLAIN_CANDIDATE.finditer(body)):
+        newline = body.find("\n", start)
+        end = len(body) if newline < 0 else newline
+        line = body[start:end]
+        after = min(end + 1, len(body))
+        marker = line.lstrip()[:1]
+        if marker in ("`", "~"):
+            opener = PLAIN_FENCE.match(line)
+            assert opener is not None
+            if not fence:
+                fence = opener.group(1)
+            elif (
+                opener.group(1)[0] == fence[0]
+                and len(opener.group(1)) >= len(fence)
+                and not line.strip().lstrip(fence[0])
+            ):
+                fence = ""
+        elif fence:
+            continue
+        elif marker == "#":
+            atx = PLAIN_ATX.match(line)
+            if atx:
+                found.append(
+                    (len(atx.group(1)), " ".join((atx.group(2) or "").split()), start, after)
+                )
+        elif start > 0:
+            heading = kinds._setext_text(body, start)
+            if heading is not None:
+                level = 1 if marker == "=" else 2
+                found.append((level, " ".join(heading[1].split()), heading[0], after))
+    return found
+
+
 def _plain_section_ends(heads: list[tuple[int, str, int, int]], length: int) -> list[int]:
     return [
         next((h[2] for h in heads[k + 1 :] if h[0] <= level), length)
@@ -92,7 +132,9 @@ def _plain_section_ends(heads: list[tuple[int, str, int, int]], length: int) -> 
 
 
 def _check(text: str) -> None:
-    assert kinds._CANDIDATE.starts(text) == [m.start() for m in PLAIN_CANDIDATE.finditer(text)]
+    candidates = [(m.start(), m.groups()) for m in kinds._CANDIDATE.anchored.finditer(text)]
+    assert [(start, m.groups()) for start, m in kinds._CANDIDATE.matches(text)] == candidates
+    assert kinds._headings(text) == _plain_headings(text)
     labels = [m.start() for m in PLAIN_FIX_LABEL.finditer(text)]
     assert kinds._FIX_LABELS.starts(text) == labels
     assert kinds.fix_labels(text, text.lower()) == labels
