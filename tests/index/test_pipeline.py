@@ -378,6 +378,33 @@ def test_a_publish_during_a_job_builds_no_graph_and_the_finalize_builds_them(
     assert all(s.hnsw is not None and s.hnsw_recall is not None for s in final.segments)
 
 
+def test_a_job_younger_than_the_publish_interval_publishes_only_at_its_finalize(
+    tmp_path: Path,
+) -> None:
+    """The interval counts from the job's start as well as from the last publish: a fresh
+    index (no cache yet) is not published after a short job's first batch, and is once
+    the job has run for the interval."""
+    from rifflux.vectors.segments import read_manifest, vectors_dir
+
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    assert len(sent.chunks) > 2
+    run_batch(sent.chunks[0])
+    with pipeline._publishing:
+        pass
+    assert read_manifest(vectors_dir(settings.db_path)) is None  # the job is seconds old
+    started = record(settings, job_id).started_at
+    assert started is not None
+    # The same job, seen as if it had started an interval and more ago: due.
+    pipeline.publish_if_due(settings.db_path, started - 2 * pipeline.PUBLISH_EVERY_SECONDS)
+    with pipeline._publishing:
+        pass
+    published = read_manifest(vectors_dir(settings.db_path))[0]
+    assert published is not None and published.rows > 0
+
+
 def test_the_finalize_merges_the_fts_index_beside_its_publish(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
