@@ -379,13 +379,15 @@ def test_a_publish_during_a_job_builds_no_graph_and_the_finalize_builds_them(
 
 
 def test_a_job_younger_than_the_publish_interval_publishes_only_at_its_finalize(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The interval counts from the job's start as well as from the last publish: a fresh
-    index (no cache yet) is not published after a short job's first batch, and is once
+    index (no cache yet) is not published after a young job's first batch, and is once
     the job has run for the interval."""
     from rifflux.vectors.segments import read_manifest, vectors_dir
 
+    # An hour: however slow the machine, the job below is younger than that.
+    monkeypatch.setattr(pipeline, "PUBLISH_EVERY_SECONDS", 3600.0)
     corpus = copy_corpus(tmp_path / "docs", limit=30)
     settings = make_settings(tmp_path, batch_target_bytes=20_000)
     job_id = submit(settings, [corpus])
@@ -394,7 +396,7 @@ def test_a_job_younger_than_the_publish_interval_publishes_only_at_its_finalize(
     run_batch(sent.chunks[0])
     with pipeline._publishing:
         pass
-    assert read_manifest(vectors_dir(settings.db_path)) is None  # the job is seconds old
+    assert read_manifest(vectors_dir(settings.db_path)) is None
     started = record(settings, job_id).started_at
     assert started is not None
     # The same job, seen as if it had started an interval and more ago: due.
