@@ -29,18 +29,16 @@ and Celery's prefork pool. This process (the arbiter) starts N children
   outlives whoever started it. Children get ``PR_SET_PDEATHSIG`` from the arbiter, so
   they never outlive the arbiter either.
 
-The arbiter imports only what it needs to start its children (settings and logging);
-the broker modules, which load Dramatiq and numpy, are imported when a child dies. The
-arbiter's own boot comes before its children's, so it is on the path of every job that
-starts a pool: 0.14 CPU-s this way, 0.28 with every import up front.
+The arbiter imports only what it needs to start its children (the settings) before it
+starts them; structlog (~50 ms of imports, through :mod:`workers.bootstrap`) comes with
+its first log line, after the children are spawned, and the broker modules, which load
+Dramatiq and numpy, when a child dies. The arbiter's own boot comes before its
+children's, so it is on the path of every job that starts a pool: 0.14 CPU-s with the
+broker modules deferred, 0.28 with every import up front.
 """
 
 from __future__ import annotations
 
-# First, before numpy or structlog: see workers.bootstrap.
-import workers.bootstrap  # noqa: F401
-
-# isort: split
 import argparse
 import contextlib
 import ctypes
@@ -54,14 +52,38 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
-
-import structlog
+from typing import Any
 
 from rifflux.config import Settings
 from rifflux.errors import RiffluxError
-from rifflux.logs import configure_logging
 
-log = structlog.get_logger(__name__)
+
+class _DeferredLogger:
+    """This module's structlog logger, imported at its first use (module docstring); with
+    ``json_level`` set (by :func:`main`), JSON logging at that level is configured first."""
+
+    def __init__(self) -> None:
+        self._logger: Any = None
+        self.json_level: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._logger is None:
+            # workers.bootstrap imports structlog without rich; it comes before numpy too,
+            # which the arbiter imports only with the broker modules, after a first line.
+            import workers.bootstrap  # noqa: F401
+
+            # isort: split
+            import structlog
+
+            if self.json_level is not None:
+                from rifflux.logs import configure_logging
+
+                configure_logging(self.json_level, style="json")
+            self._logger = structlog.get_logger(__name__)
+        return getattr(self._logger, name)
+
+
+log = _DeferredLogger()
 
 EXIT_RECYCLE = 3
 """Exit code of a child that stopped because it reached a recycling limit (set by
@@ -254,8 +276,11 @@ class WorkerPool:
     def run(self) -> int:
         handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         previous = {signum: signal.signal(signum, self.request_stop) for signum in handled}
-        log.info("pool.starting", processes=self.spec.processes, queues=list(self.spec.queues))
         try:
+            # The children first: the arbiter's first log line imports structlog.
+            started = self._start_due()
+            log.info("pool.starting", processes=self.spec.processes, queues=list(self.spec.queues))
+            self._log_started(started)
             while not self.stopping:
                 if self.parent_pid is not None and os.getppid() != self.parent_pid:
                     log.warning("pool.parent_gone", parent=self.parent_pid)
@@ -264,7 +289,7 @@ class WorkerPool:
                 if failure is not None:
                     print(f"rifflux: error: {failure}", file=sys.stderr, flush=True)
                     return EXIT_CRASH_LOOP
-                self._start_due()
+                self._log_started(self._start_due())
                 time.sleep(POLL_SECONDS)
             return 0
         finally:
@@ -313,7 +338,9 @@ class WorkerPool:
             slot.start_after = now + backoff_seconds(len(self.boot_failures))
         return None
 
-    def _start_due(self) -> None:
+    def _start_due(self) -> list[_Slot]:
+        """Start a child in every empty slot whose time has come; the slots started."""
+        started = []
         now = time.monotonic()
         for slot in self.slots:
             if slot.process is not None:
@@ -335,7 +362,13 @@ class WorkerPool:
             finally:
                 os.close(write_fd)
             slot.ready_fd, slot.ready = read_fd, False
-            log.info("pool.child_started", pid=slot.process.pid, slot=slot.index)
+            started.append(slot)
+        return started
+
+    def _log_started(self, slots: Sequence[_Slot]) -> None:
+        for slot in slots:
+            if slot.process is not None:
+                log.info("pool.child_started", pid=slot.process.pid, slot=slot.index)
 
     def _stop_children(self) -> None:
         running = [s.process for s in self.slots if s.process and s.process.poll() is None]
@@ -408,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-name", default="the worker log (stderr)")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    configure_logging(settings.log_level, style="json")
+    log.json_level = settings.log_level
     if args.parent_pid is not None and os.getppid() != args.parent_pid:
         return 0
     spec = PoolSpec.from_settings(

@@ -78,3 +78,20 @@ def test_a_worker_starts_no_blas_threads_unless_the_environment_asks() -> None:
     assert threads_after_numpy() == (1, "1")
     threads, setting = threads_after_numpy(OPENBLAS_NUM_THREADS="2")
     assert (threads, setting) == (2, "2")
+
+
+def test_the_arbiter_imports_structlog_with_its_first_log_line_and_without_rich() -> None:
+    """The arbiter spawns its children before it pays for structlog (``workers.pool``):
+    importing it loads neither; its first log line loads structlog, still without rich."""
+    out = run_python(
+        "import sys, workers.pool\n"
+        "print('structlog' in sys.modules, 'numpy' in sys.modules)\n"
+        "workers.pool.log.json_level = 'INFO'\n"
+        "sys.stderr = sys.stdout\n"
+        "workers.pool.log.info('pool.starting', processes=2)\n"
+        "print('structlog' in sys.modules, 'rich' in sys.modules)\n"
+    )
+    lines = out.strip().splitlines()
+    assert lines[0].split() == ["False", "False"]
+    assert json.loads(lines[1])["event"] == "pool.starting"
+    assert lines[2].split() == ["True", "False"]
