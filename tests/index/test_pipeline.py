@@ -350,6 +350,20 @@ def test_an_inline_embedder_of_another_model_leaves_the_vectors_to_the_embed_ste
     assert record(settings, job_id).chunks_embedded == 0
 
 
+def after_the_first_batch(tmp_path: Path, **settings_options: Any) -> tuple[Any, str, Sent]:
+    """(settings, job id, messages) of a 30-file job planned in small batches, after its
+    first batch ran and any publish its vector write started in the background ended."""
+    corpus = copy_corpus(tmp_path / "docs", limit=30)
+    settings = make_settings(tmp_path, batch_target_bytes=20_000, **settings_options)
+    job_id = submit(settings, [corpus])
+    _, sent = plan(settings, job_id)
+    assert len(sent.chunks) > 2
+    run_batch(sent.chunks[0])
+    with pipeline._publishing:
+        pass
+    return settings, job_id, sent
+
+
 def test_a_publish_during_a_job_builds_no_graph_and_the_finalize_builds_them(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -357,16 +371,8 @@ def test_a_publish_during_a_job_builds_no_graph_and_the_finalize_builds_them(
     CPU a row) would be built for nothing. The finalize's publish builds them."""
     from rifflux.vectors.segments import read_manifest, vectors_dir
 
-    corpus = copy_corpus(tmp_path / "docs", limit=30)
-    settings = make_settings(tmp_path, vector_index="hnsw", batch_target_bytes=20_000)
     monkeypatch.setattr(pipeline, "PUBLISH_EVERY_SECONDS", 0.0)
-    job_id = submit(settings, [corpus])
-    _, sent = plan(settings, job_id)
-    assert len(sent.chunks) > 2
-    run_batch(sent.chunks[0])
-    # The vector write found a publish due and ran it in the background: wait for it.
-    with pipeline._publishing:
-        pass
+    settings, job_id, sent = after_the_first_batch(tmp_path, vector_index="hnsw")
     mid = read_manifest(vectors_dir(settings.db_path))[0]
     assert mid is not None and mid.rows > 0
     assert all(s.hnsw is None and s.hnsw_recall is None for s in mid.segments)
@@ -388,14 +394,7 @@ def test_a_job_younger_than_the_publish_interval_publishes_only_at_its_finalize(
 
     # An hour: however slow the machine, the job below is younger than that.
     monkeypatch.setattr(pipeline, "PUBLISH_EVERY_SECONDS", 3600.0)
-    corpus = copy_corpus(tmp_path / "docs", limit=30)
-    settings = make_settings(tmp_path, batch_target_bytes=20_000)
-    job_id = submit(settings, [corpus])
-    _, sent = plan(settings, job_id)
-    assert len(sent.chunks) > 2
-    run_batch(sent.chunks[0])
-    with pipeline._publishing:
-        pass
+    settings, job_id, _ = after_the_first_batch(tmp_path)
     assert read_manifest(vectors_dir(settings.db_path)) is None
     started = record(settings, job_id).started_at
     assert started is not None
