@@ -221,6 +221,12 @@ def _bigram_hashes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return x
 
 
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each group starts in a flat array that holds groups of ``counts`` items one
+    after the other (the sums of the counts before it)."""
+    return np.cumsum(counts) - counts
+
+
 def _features_by_text(
     unigrams: np.ndarray,
     word_rows: np.ndarray,
@@ -251,15 +257,13 @@ def _features_by_text(
         size += width * len(members)
     padded = np.full(size, np.iinfo(np.uint64).max, dtype=np.uint64)
     # A text's words, then its bigrams, from the start of its row.
-    word_firsts = np.cumsum(words) - words
-    word_at = row_starts - word_firsts
+    word_at = row_starts - _starts(words)
     padded[word_at[word_rows] + np.arange(len(unigrams))] = unigrams
-    pair_at = row_starts + words - (np.cumsum(pairs) - pairs)
+    pair_at = row_starts + words - _starts(pairs)
     padded[pair_at[bigram_rows] + np.arange(len(bigrams))] = bigrams
     for start, count, width in rows:
         padded[start : start + count * width].reshape(count, width).sort(axis=1)
-    firsts = np.cumsum(counts) - counts
-    taken = np.repeat(row_starts - firsts, counts) + np.arange(int(counts.sum()))
+    taken = np.repeat(row_starts - _starts(counts), counts) + np.arange(int(counts.sum()))
     return padded[taken], np.repeat(np.arange(text_count), counts)
 
 
@@ -326,7 +330,7 @@ class HashEmbedder:
         """
         parts = [_text_bytes(text) for text in texts]
         sizes = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) + 1
-        text_starts = np.cumsum(sizes) - sizes + 1
+        text_starts = _starts(sizes) + 1
         # A space before the first text, so that a run starts after a space; spaces after
         # the last, so that every run ends and 16 bytes can be read from any start.
         joined = b" " + b" ".join(parts) + b" " * 16
@@ -377,13 +381,12 @@ class HashEmbedder:
         mixed_hashes = np.fromiter(chain.from_iterable(words), dtype=np.uint64)
         counts = np.ones(len(starts), dtype=np.int64)
         counts[mixed_runs] = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-        firsts = np.cumsum(counts) - counts
+        firsts = _starts(counts)
         hashes = np.empty(int(counts.sum()), dtype=np.uint64)
         plain = ~mixed
         hashes[firsts[plain]] = run_hashes[plain]
         # The words of the mixed runs, in order, from their run's first position on.
         mixed_counts = counts[mixed_runs]
-        skipped = np.cumsum(mixed_counts) - mixed_counts
-        offsets = np.repeat(firsts[mixed_runs] - skipped, mixed_counts)
+        offsets = np.repeat(firsts[mixed_runs] - _starts(mixed_counts), mixed_counts)
         hashes[offsets + np.arange(len(mixed_hashes))] = mixed_hashes
         return hashes, np.repeat(run_rows, counts)
