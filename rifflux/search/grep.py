@@ -39,7 +39,6 @@ Invariants:
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import random
@@ -361,16 +360,16 @@ _rarities: dict[bytes, TrigramRarity] = {}
 _rarities_lock = threading.Lock()
 
 
-def trigram_rarity(dictionary: bytes) -> TrigramRarity | None:
+def trigram_rarity(dictionary: grep_text.Dictionary | None) -> TrigramRarity | None:
     """The rarity estimate of an index whose (first) dictionary is ``dictionary``; None
     when it has none. Kept per process, by the dictionary's digest."""
-    if not dictionary:
+    if dictionary is None:
         return None
-    key = hashlib.blake2b(dictionary, digest_size=16).digest()
+    key = dictionary.digest
     with _rarities_lock:
         found = _rarities.get(key)
     if found is None:
-        found = TrigramRarity(dictionary)
+        found = TrigramRarity(dictionary.data)
         with _rarities_lock:
             if len(_rarities) >= 8:
                 _rarities.clear()
@@ -718,9 +717,12 @@ def grep(
                 "this index has no text for grep yet; reindex once (rifflux index, or the "
                 "reindex tool) to build it"
             )
-        match = fts_match(query, trigram_rarity(grep_text.first_dictionary(conn)))
+        # Read once: it ranks the trigrams, and most blocks were compressed with it.
+        dictionary = grep_text.first_dictionary(conn)
+        match = fts_match(query, trigram_rarity(dictionary))
         files = grep_text.candidates(conn, match)
-        found = _collect(conn, request, matcher, files, globs, deadline, admit)
+        reader = grep_text.BlockReader(conn, dictionary)
+        found = _collect(reader, request, matcher, files, globs, deadline, admit)
     response: dict[str, Any] = {
         "pattern": request.pattern,
         "regex": request.regex,
@@ -759,7 +761,7 @@ def fit_matches(response: dict[str, Any], limit: int) -> dict[str, Any]:
 
 
 def _collect(
-    conn: sqlite3.Connection,
+    reader: grep_text.BlockReader,
     request: GrepRequest,
     matcher: Matcher,
     files: Sequence[grep_text.FileBlocks],
@@ -768,7 +770,6 @@ def _collect(
     admit: Callable[[str], bool],
 ) -> _Collected:
     out = _Collected([])
-    reader = grep_text.BlockReader(conn)
     # Candidates past half the cache would only churn it: read them without keeping.
     keep = sum(len(f.blocks) for f in files) * grep_text.BLOCK_CHARS <= TEXT_CACHE_BYTES // 2
     for file in files:
@@ -789,7 +790,7 @@ def _collect(
             if placed is None:
                 if not admit(file.path):
                     break
-                placed = _FilePlace(conn, reader, file, request.context_lines)
+                placed = _FilePlace(reader.conn, reader, file, request.context_lines)
             if len(out.matches) >= request.max_matches:
                 out.truncated = True  # one more matching line exists
                 return out

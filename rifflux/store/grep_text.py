@@ -168,21 +168,36 @@ def _compressor(dictionary: bytes) -> zstandard.ZstdCompressor:
     return cached[1]
 
 
-def _decompressor(dictionary: bytes) -> zstandard.ZstdDecompressor:
-    """This thread's decompressor for ``dictionary`` (empty: none), by its digest."""
+class Dictionary(NamedTuple):
+    """A stored dictionary: its row id, its bytes, and the digest that per-process caches
+    know it by (a row never changes, but ids repeat from index to index)."""
+
+    id: int
+    data: bytes
+    digest: bytes
+
+
+def _stored_dictionary(dictionary_id: int, data: bytes) -> Dictionary:
+    return Dictionary(dictionary_id, data, hashlib.blake2b(data, digest_size=16).digest())
+
+
+def _decompressor(dictionary: Dictionary | None) -> zstandard.ZstdDecompressor:
+    """This thread's decompressor for ``dictionary`` (None: none), by its digest."""
     cache: dict[bytes, zstandard.ZstdDecompressor] | None = getattr(_local, "decompressors", None)
     if cache is None:
         cache = {}
         _local.decompressors = cache
-    key = hashlib.blake2b(dictionary, digest_size=16).digest()
+    key = b"" if dictionary is None else dictionary.digest
     found = cache.get(key)
     if found is None:
         if len(cache) >= 8:
             cache.clear()
         found = (
-            zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(dictionary))
-            if dictionary
-            else zstandard.ZstdDecompressor()
+            zstandard.ZstdDecompressor()
+            if dictionary is None
+            else zstandard.ZstdDecompressor(
+                dict_data=zstandard.ZstdCompressionDict(dictionary.data)
+            )
         )
         cache[key] = found
     return found
@@ -192,10 +207,10 @@ def compress(block: str, dictionary: bytes = b"") -> bytes:
     return _compressor(dictionary).compress(block.encode("utf-8"))
 
 
-def first_dictionary(conn: sqlite3.Connection) -> bytes:
-    """The index's first dictionary (empty: none): what new blocks are compressed with."""
-    row = conn.execute(f"SELECT data FROM {DICTIONARY_TABLE} ORDER BY id LIMIT 1").fetchone()
-    return b"" if row is None else bytes(row[0])
+def first_dictionary(conn: sqlite3.Connection) -> Dictionary | None:
+    """The index's first dictionary (None: none): what new blocks are compressed with."""
+    row = conn.execute(f"SELECT id, data FROM {DICTIONARY_TABLE} ORDER BY id LIMIT 1").fetchone()
+    return None if row is None else _stored_dictionary(int(row[0]), bytes(row[1]))
 
 
 def codec_for(conn: sqlite3.Connection, samples: Sequence[str]) -> bytes:
@@ -204,8 +219,8 @@ def codec_for(conn: sqlite3.Connection, samples: Sequence[str]) -> bytes:
     writer stores a trained one with the rows that use it (:func:`write_files`); workers
     that train before the first is stored each store their own."""
     stored = first_dictionary(conn)
-    if stored:
-        return stored
+    if stored is not None:
+        return stored.data
     if len(samples) < MIN_TRAINING_BLOCKS or sum(map(len, samples)) < MIN_TRAINING_BYTES:
         return b""
     try:
@@ -242,25 +257,29 @@ def compressed(conn: sqlite3.Connection, files: Sequence[PreparedFile]) -> list[
 
 
 class BlockReader:
-    """Reads blocks' text as UTF-8 bytes, loading the dictionaries it needs once; for use
-    by one thread."""
+    """Reads blocks' text as UTF-8 bytes, loading the dictionaries it needs once (``known``:
+    one its caller has read already); for use by one thread."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, known: Dictionary | None = None) -> None:
         self.conn = conn
+        self._known = {} if known is None else {known.id: known}
         self._decompressors: dict[int | None, zstandard.ZstdDecompressor] = {}
 
     def _decompressor(self, dictionary_id: int | None) -> zstandard.ZstdDecompressor:
         found = self._decompressors.get(dictionary_id)
         if found is None:
-            data = b""
+            dictionary = None
             if dictionary_id is not None:
-                row = self.conn.execute(
-                    f"SELECT data FROM {DICTIONARY_TABLE} WHERE id = ?", (dictionary_id,)
-                ).fetchone()
-                data = b"" if row is None else bytes(row[0])
-            found = _decompressor(data)
+                dictionary = self._known.get(dictionary_id) or self._load(dictionary_id)
+            found = _decompressor(dictionary)
             self._decompressors[dictionary_id] = found
         return found
+
+    def _load(self, dictionary_id: int) -> Dictionary | None:
+        row = self.conn.execute(
+            f"SELECT data FROM {DICTIONARY_TABLE} WHERE id = ?", (dictionary_id,)
+        ).fetchone()
+        return None if row is None else _stored_dictionary(dictionary_id, bytes(row[0]))
 
     def inflate(self, dictionary_id: int | None, blob: bytes) -> bytes:
         return bytes(self._decompressor(dictionary_id).decompress(blob))
