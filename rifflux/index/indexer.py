@@ -27,7 +27,7 @@ from rifflux.index.pipeline import (
     survey,
     texts_to_embed,
 )
-from rifflux.index.prepare import chunk_file, embed_texts
+from rifflux.index.prepare import chunk_files, embed_texts
 from rifflux.index.report import IndexReport
 from rifflux.index.scan import SkippedFile
 from rifflux.store import grep_text
@@ -146,16 +146,11 @@ class Indexer:
     def _write_rows(
         self, writer: IndexWriter, works: list[FileWork], label: str, report: IndexReport
     ) -> None:
-        files = grep_text.compressed(
+        files = chunk_files(
             writer.conn,
-            [
-                chunk_file(
-                    work,
-                    max_chars=self.settings.max_chunk_chars,
-                    min_chars=self.settings.min_chunk_chars,
-                )
-                for work in works
-            ],
+            works,
+            max_chars=self.settings.max_chunk_chars,
+            min_chars=self.settings.min_chunk_chars,
         )
         with writer.transaction():
             stats = writer.write_rows(files, label)

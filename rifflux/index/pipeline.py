@@ -64,7 +64,7 @@ from rifflux.index.planner import (
     MAX_SKIPPED_KEPT,
     stream_plan,
 )
-from rifflux.index.prepare import chunk_file, embed_texts, embedding_input
+from rifflux.index.prepare import chunk_files, embed_texts, embedding_input
 from rifflux.index.scan import ScanResult, scan_roots
 from rifflux.index.units import deal, units_for
 from rifflux.store import grep_text, jobs
@@ -566,12 +566,8 @@ def chunk(
             [real(p) for p in job.roots],
             allow_secret_paths=spec.allow_secret_paths,
         )
-        files = grep_text.compressed(
-            conn,
-            [
-                chunk_file(work, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars)
-                for work in works
-            ],
+        files = chunk_files(
+            conn, works, max_chars=spec.max_chunk_chars, min_chars=spec.min_chunk_chars
         )
         inline = inline_embedder
         if inline is not None and inline.label != request.model:

@@ -13,6 +13,7 @@ kind (rifflux.index.kinds) travel with the chunks as the file's ``knowledge`` ro
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Sequence
 
 import numpy as np
@@ -74,6 +75,17 @@ def chunk_file(work: FileWork, *, max_chars: int, min_chars: int) -> PreparedFil
         # line numbers are the file's.
         chunk_lines=tuple(grep_text.lines_at(front.body, [chunk.start for chunk in parts])),
         block_starts=tuple(grep_text.block_starts(text)),
+    )
+
+
+def chunk_files(
+    conn: sqlite3.Connection, works: Sequence[FileWork], *, max_chars: int, min_chars: int
+) -> list[PreparedFile]:
+    """A batch's files as :func:`chunk_file` makes them, their grep blocks compressed with
+    the index's dictionary (:func:`~rifflux.store.grep_text.compressed`): the CPU work of
+    a batch, done before its write transaction takes the lock."""
+    return grep_text.compressed(
+        conn, [chunk_file(work, max_chars=max_chars, min_chars=min_chars) for work in works]
     )
 
 
