@@ -790,7 +790,7 @@ def _collect(
             if placed is None:
                 if not admit(file.path):
                     break
-                placed = _FilePlace(reader.conn, reader, file, request.context_lines)
+                placed = _FilePlace(reader, file, request.context_lines)
             if len(out.matches) >= request.max_matches:
                 out.truncated = True  # one more matching line exists
                 return out
@@ -862,17 +862,13 @@ class _FilePlace:
     once: context may reach into the blocks around a match's)."""
 
     def __init__(
-        self,
-        conn: sqlite3.Connection,
-        reader: grep_text.BlockReader,
-        file: grep_text.FileBlocks,
-        context_lines: int,
+        self, reader: grep_text.BlockReader, file: grep_text.FileBlocks, context_lines: int
     ) -> None:
-        self.conn = conn
+        self.conn = reader.conn
         self.reader = reader
         self.file = file
         self.context_lines = context_lines
-        self.block_lines, self.chunk_lines = grep_text.placing_lines(conn, file.file_id)
+        self.block_lines, self.chunk_lines = grep_text.placing_lines(self.conn, file.file_id)
         self._chunks: dict[int, tuple[str, str, str, str] | None] = {}
         self._whole: tuple[bytes, list[int]] | None = None
 
