@@ -28,6 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -71,15 +72,16 @@ def rows_with_cjk(conn: sqlite3.Connection, rowids: Sequence[int]) -> set[int]:
     return found
 
 
-def write_side_rows(conn: sqlite3.Connection, file_id: int | None = None) -> int:
-    """Write the side rows of the stored chunks with CJK text: one file's (whose chunks
-    were just written, so have none yet), or every chunk's. The caller holds a write
-    transaction; the number of rows written."""
+def write_side_rows(conn: sqlite3.Connection, file_ids: Sequence[int] | None = None) -> int:
+    """Write the side rows of the stored chunks with CJK text: those of the files
+    ``file_ids`` (whose chunks were just written, so have none yet), or every chunk's. The
+    caller holds a write transaction; the number of rows written. They go in by ascending
+    rowid, so FTS5 keeps a batch's rows in one segment (rifflux.store.writer)."""
     sql = "SELECT id, heading_path, content FROM chunks"
-    params: tuple[int, ...] = ()
-    if file_id is not None:
-        sql += " WHERE file_id = ?"
-        params = (file_id,)
+    params: tuple[str, ...] = ()
+    if file_ids is not None:
+        sql += " WHERE file_id IN (SELECT value FROM json_each(?)) ORDER BY id"
+        params = (json.dumps(list(file_ids)),)
     rows = []
     for row_id, heading_path, content in conn.execute(sql, params):
         side = side_row(int(row_id), str(heading_path), str(content))

@@ -20,7 +20,7 @@ Tables (created by ``schema.py``, added to older indexes through ``ADDED_TABLES`
 Invariants:
 
 * The writer replaces a file's three kinds of rows in the transaction that replaces its
-  chunks (:func:`write_file`), so they always describe the chunks stored; deleting a file
+  chunks (:func:`write_files`), so they always describe the chunks stored; deleting a file
   deletes them (``ON DELETE CASCADE``).
 * A chunk's kind is derived, never stored: ``decision`` when its file's row says so, else
   ``error`` when its index lies in one of its file's error pairs, else ``note``. A file
@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -51,48 +52,67 @@ def has_knowledge(conn: sqlite3.Connection) -> bool:
     return has_schema_object(conn, "table", KNOWLEDGE_TABLE)
 
 
-def write_file(conn: sqlite3.Connection, file_id: int, knowledge: FileKnowledge) -> None:
-    """Replace a file's knowledge rows (call inside the transaction writing its chunks,
-    after them: the about row belongs to its first chunk)."""
-    conn.execute("DELETE FROM file_tags WHERE file_id = ?", (file_id,))
-    conn.execute("DELETE FROM error_pairs WHERE file_id = ?", (file_id,))
+def write_files(conn: sqlite3.Connection, files: Sequence[tuple[int, FileKnowledge]]) -> None:
+    """Replace the knowledge rows of a batch's files, ``(file id, knowledge)`` pairs (call
+    inside the transaction writing their chunks, after them: an about row belongs to its
+    file's first chunk; the old one went with the old chunk, by the trigger).
+
+    A few statements for the whole batch, the about rows last and by ascending rowid:
+    FTS5 writes its pending postings as a new segment at every statement that opens a
+    savepoint and whenever a rowid is not above the last one (rifflux.store.writer), so
+    one statement per file would leave a ``chunks_about`` segment per file."""
+    if not files:
+        return
+    file_ids = json.dumps([file_id for file_id, _knowledge in files])
     conn.execute(
+        "DELETE FROM file_tags WHERE file_id IN (SELECT value FROM json_each(?))", (file_ids,)
+    )
+    conn.execute(
+        "DELETE FROM error_pairs WHERE file_id IN (SELECT value FROM json_each(?))", (file_ids,)
+    )
+    conn.executemany(
         "INSERT OR REPLACE INTO file_knowledge(file_id, version, kind, title, about, doc_type, "
         "status, date, decision_type, decision, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            file_id,
-            knowledge.version,
-            knowledge.kind,
-            knowledge.title,
-            knowledge.about,
-            knowledge.doc_type,
-            knowledge.status,
-            knowledge.date,
-            knowledge.decision_type,
-            knowledge.decision,
-            knowledge.extra,
-        ),
+        [
+            (
+                file_id,
+                k.version,
+                k.kind,
+                k.title,
+                k.about,
+                k.doc_type,
+                k.status,
+                k.date,
+                k.decision_type,
+                k.decision,
+                k.extra,
+            )
+            for file_id, k in files
+        ],
     )
-    if knowledge.about:
-        # The first chunk's about field; its old row went with the old chunk (trigger).
-        conn.execute(
-            "INSERT INTO chunks_about(rowid, about) SELECT id, ? FROM chunks "
-            "WHERE file_id = ? AND chunk_index = 0",
-            (knowledge.about, file_id),
-        )
-    if knowledge.tags:
+    conn.executemany(
+        "INSERT OR IGNORE INTO file_tags(tag, file_id) VALUES (?, ?)",
+        [(tag, file_id) for file_id, k in files for tag in k.tags],
+    )
+    conn.executemany(
+        "INSERT INTO error_pairs(file_id, heading_path, signature, solution, first_chunk, "
+        "last_chunk) VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (file_id, e.heading_path, e.signature, e.solution, e.first_chunk, e.last_chunk)
+            for file_id, k in files
+            for e in k.errors
+        ],
+    )
+    about = {file_id: k.about for file_id, k in files if k.about}
+    if about:
+        first_chunks = conn.execute(
+            "SELECT id, file_id FROM chunks WHERE chunk_index = 0 "
+            "AND file_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+            (json.dumps(list(about)),),
+        ).fetchall()
         conn.executemany(
-            "INSERT OR IGNORE INTO file_tags(tag, file_id) VALUES (?, ?)",
-            [(tag, file_id) for tag in knowledge.tags],
-        )
-    if knowledge.errors:
-        conn.executemany(
-            "INSERT INTO error_pairs(file_id, heading_path, signature, solution, first_chunk, "
-            "last_chunk) VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (file_id, e.heading_path, e.signature, e.solution, e.first_chunk, e.last_chunk)
-                for e in knowledge.errors
-            ],
+            "INSERT INTO chunks_about(rowid, about) VALUES (?, ?)",
+            [(row_id, about[file_id]) for row_id, file_id in first_chunks],
         )
 
 

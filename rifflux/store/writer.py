@@ -9,13 +9,17 @@ cheaply whether anything changed. Each method runs in :func:`~rifflux.store.conn
 transaction`: alone it retries on ``database is locked``/``busy`` and lands completely or
 not at all; inside a caller's transaction it nests and lands with it.
 
-A batch's chunks reach FTS5 in few statements and in rowid order: one statement deletes
-every old chunk of the batch's files (ascending rowids), then multi-row inserts of up to
-``CHUNKS_PER_STATEMENT`` chunks add the new ones. FTS5 writes its pending postings as a
-new segment at the start of every statement of a transaction (its savepoint) and
-whenever a write's rowid is not above the last one: the row-by-row inserts of before
-left one segment per chunk for automerge to merge again (a one-file edit of 8 chunks: 9
-new segments); now a batch of up to 1,000 chunks leaves one or two.
+A batch's rows reach each FTS5 table in few statements and in rowid order. FTS5 writes
+its pending postings as a new segment at the start of every statement of a transaction
+that opens a savepoint (a multi-row write, or a write through a trigger that may fail
+halfway: the files upsert, the chunk inserts and deletes) and whenever a write's rowid
+is not above the last one: one statement per chunk or per file would leave a segment
+per chunk or per file for automerge to merge again. So one statement deletes every old
+chunk of the batch's files (ascending rowids), multi-row inserts of up to
+``CHUNKS_PER_STATEMENT`` chunks add the new ones, multi-row upserts of up to
+``FILES_PER_STATEMENT`` files add their paths (``files_fts``), and the batch's about and
+CJK rows go in by ascending rowid (rifflux.store.knowledge, rifflux.store.cjk): a batch
+leaves one or two segments per table.
 """
 
 from __future__ import annotations
@@ -47,6 +51,17 @@ class RowsStats:
 _DELETE_CHUNKS_OF_FILES = (
     "DELETE FROM chunks WHERE id IN (SELECT id FROM chunks WHERE file_id IN "
     "(SELECT value FROM json_each(?)) ORDER BY id)"
+)
+
+
+# Files upserted per statement (5 bound values each, well under SQLite's 32,766). RETURNING
+# names each row's path: SQLite does not promise the order of the rows it returns.
+FILES_PER_STATEMENT = 1_000
+_UPSERT_FILES = (
+    "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) VALUES {values} "
+    "ON CONFLICT(path) DO UPDATE SET mtime_ns = excluded.mtime_ns, "
+    "size_bytes = excluded.size_bytes, sha256 = excluded.sha256, "
+    "indexed_at = excluded.indexed_at RETURNING path, id"
 )
 
 
@@ -125,17 +140,7 @@ class IndexWriter(IndexReader):
             key: (dim, compact(blob, dim))
             for key, (dim, blob) in (self.reusable_vectors(hashes, model) if hashes else {}).items()
         }
-        now = time.time()
-        file_ids = [
-            conn.execute(
-                "INSERT INTO files(path, mtime_ns, size_bytes, sha256, indexed_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-                "mtime_ns = excluded.mtime_ns, size_bytes = excluded.size_bytes, "
-                "sha256 = excluded.sha256, indexed_at = excluded.indexed_at RETURNING id",
-                (prepared.rel_path, prepared.mtime_ns, prepared.size_bytes, prepared.sha256, now),
-            ).fetchone()[0]
-            for prepared in files
-        ]
+        file_ids = self._upsert_files(files, time.time())
         # Every old chunk first, by rowid, then every new one, in few statements: FTS5
         # writes its pending postings as a new segment at each statement of a transaction
         # and whenever a rowid is not above the last one written (module docstring).
@@ -159,43 +164,66 @@ class IndexWriter(IndexReader):
                 _INSERT_CHUNKS + ", ".join([_CHUNK_VALUES] * len(part)),
                 [value for row in part for value in row],
             )
+        written = list(zip(file_ids, files, strict=True))
+        knowledge.write_files(
+            conn, [(file_id, f.knowledge) for file_id, f in written if f.knowledge is not None]
+        )
+        # Most files have no CJK text: one regex scan per chunk, and no read back.
+        with_cjk = [
+            file_id
+            for file_id, f in written
+            if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in f.chunks)
+        ]
+        if with_cjk:
+            cjk.write_side_rows(conn, with_cjk)
+        reused = [
+            (c.chunk_id, model, *reusable[c.embed_sha256])
+            for f in files
+            for c in f.chunks
+            if c.embed_sha256 in reusable
+        ]
+        if reused:
+            conn.executemany(
+                "INSERT INTO embeddings(chunk_id, model, dim, vec) VALUES (?, ?, ?, ?)", reused
+            )
+        stats.vectors_reused = len(reused)
+        stats.files_written = len(files)
+        stats.chunks_written = len(rows)
         with_text = grep_text.has_grep(conn)
-        text_rows: list[grep_text.TextRow] = []
-        for file_id, prepared in zip(file_ids, files, strict=True):
-            if prepared.knowledge is not None:
-                knowledge.write_file(conn, file_id, prepared.knowledge)
-            if with_text and prepared.text is not None:
-                text_rows.append(
-                    grep_text.TextRow(
-                        file_id,
-                        prepared.sha256,
-                        prepared.text,
-                        prepared.chunk_lines,
-                        prepared.block_starts,
-                        prepared.block_blobs,
-                        prepared.dictionary,
-                    )
-                )
-            # Most files have no CJK text: one regex scan per chunk, and no read back.
-            if any(cjk.chunk_has_cjk(c.heading_path, c.content) for c in prepared.chunks):
-                cjk.write_side_rows(conn, file_id)
-            reused = [
-                (c.chunk_id, model, *reusable[c.embed_sha256])
-                for c in prepared.chunks
-                if c.embed_sha256 in reusable
-            ]
-            if reused:
-                conn.executemany(
-                    "INSERT INTO embeddings(chunk_id, model, dim, vec) VALUES (?, ?, ?, ?)", reused
-                )
-            stats.vectors_reused += len(reused)
-            stats.files_written += 1
-            stats.chunks_written += len(prepared.chunks)
+        text_rows = [
+            grep_text.TextRow(
+                file_id,
+                f.sha256,
+                f.text,
+                f.chunk_lines,
+                f.block_starts,
+                f.block_blobs,
+                f.dictionary,
+            )
+            for file_id, f in written
+            if with_text and f.text is not None
+        ]
         if reusable:
             self._record_model(model, next(iter(reusable.values()))[0])
         self.bump_generation()
         grep_text.write_files(conn, text_rows)  # last: its FTS5 rows in one segment
         return stats
+
+    def _upsert_files(self, files: Sequence[PreparedFile], now: float) -> list[int]:
+        """Insert or update the ``files`` rows of ``files``, in order; their ids."""
+        ids: dict[str, int] = {}
+        for start in range(0, len(files), FILES_PER_STATEMENT):
+            part = files[start : start + FILES_PER_STATEMENT]
+            returned = self.conn.execute(
+                _UPSERT_FILES.format(values=", ".join(["(?, ?, ?, ?, ?)"] * len(part))),
+                [
+                    value
+                    for f in part
+                    for value in (f.rel_path, f.mtime_ns, f.size_bytes, f.sha256, now)
+                ],
+            ).fetchall()
+            ids.update((str(path), int(file_id)) for path, file_id in returned)
+        return [ids[f.rel_path] for f in files]
 
     def write_vectors(self, model: str, dim: int, vectors: Mapping[str, np.ndarray]) -> int:
         """Attach each vector to the chunks whose embedded text has its hash and that have

@@ -1,20 +1,29 @@
 """How a job step writes a batch: its connection keeps SQLite's statement journal in
-memory (``tune_for_batch_writes``), and its vectors land in few statements."""
+memory (``tune_for_batch_writes``), its vectors land in few statements, and its paths,
+about and CJK rows land in one FTS5 segment per table, as the rows its files written one
+by one would be."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 from pathlib import Path
 
 import pytest
+from cjk_docs import CJK_DOCS
+from knowledge_corpus import CORPUS
 
+from rifflux.index.changes import FileWork
+from rifflux.index.prepare import chunk_file
 from rifflux.store.connection import (
     BATCH_CACHE_KIB,
     open_index,
     transaction,
     tune_for_batch_writes,
 )
+from rifflux.store.rows import PreparedFile
+from rifflux.store.segments import merges_deferred, segment_count
 from rifflux.store.writer import IndexWriter
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
@@ -121,3 +130,73 @@ def test_vectors_land_as_one_statement_per_vector_put_them(
     assert conn.execute(changes).fetchall() == reference.execute(changes).fetchall()
     conn.close()
     reference.close()
+
+
+# FTS5 tables a batch writes besides chunks_fts (grep rows: tests/store/test_grep_text.py).
+FILE_FTS_TABLES = ("files_fts", "chunks_about", "chunks_cjk")
+
+
+def prepared(rel_path: str, text: str) -> PreparedFile:
+    data = text.encode("utf-8")
+    work = FileWork(rel_path, 0, len(data), hashlib.sha256(data).hexdigest(), text)
+    return chunk_file(work, max_chars=1200, min_chars=200)
+
+
+def knowledge_and_cjk_files() -> list[PreparedFile]:
+    """The knowledge corpus (front matter about fields, tags, error pairs) and the CJK
+    documents, in path order."""
+    files = [
+        prepared(str(path.relative_to(CORPUS)), path.read_text(encoding="utf-8"))
+        for path in sorted(CORPUS.rglob("*.md"))
+    ]
+    return files + [prepared(path, text) for path, text in sorted(CJK_DOCS.items())]
+
+
+def stored_rows(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
+    """The batch's rows, FTS5 tables by their every token instance (fts5vocab)."""
+    for table in FILE_FTS_TABLES:
+        conn.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_terms "
+            f"USING fts5vocab(main, {table}, instance)"
+        )
+    queries = {
+        "files": "SELECT id, path, mtime_ns, size_bytes, sha256 FROM files ORDER BY id",
+        "chunks": "SELECT * FROM chunks ORDER BY id",
+        "file_knowledge": "SELECT * FROM file_knowledge ORDER BY file_id",
+        "file_tags": "SELECT * FROM file_tags ORDER BY tag, file_id",
+        "error_pairs": "SELECT * FROM error_pairs ORDER BY id",
+        **{
+            t: f"SELECT * FROM temp.{t}_terms ORDER BY term, doc, col, offset"
+            for t in FILE_FTS_TABLES
+        },
+    }
+    return {name: conn.execute(sql).fetchall() for name, sql in queries.items()}
+
+
+def test_a_batch_lands_as_its_files_one_by_one_in_one_segment_per_table(tmp_path: Path) -> None:
+    """The reference: every file written as a batch of its own (automerge off, so each
+    segment stays as written)."""
+    files = knowledge_and_cjk_files()
+    reference = open_index(tmp_path / "ref.db")
+    for single in files:
+        with transaction(reference), merges_deferred(reference):
+            IndexWriter(reference).write_rows([single], "hash")
+    conn = open_index(tmp_path / "batch.db")
+    try:
+        with transaction(conn), merges_deferred(conn):
+            IndexWriter(conn).write_rows(files, "hash")
+        expected = stored_rows(reference)
+        assert all(expected[t] for t in (*FILE_FTS_TABLES, "file_tags", "error_pairs"))
+        assert stored_rows(conn) == expected
+        assert {t: segment_count(conn, t) for t in FILE_FTS_TABLES} == dict.fromkeys(
+            FILE_FTS_TABLES, 1
+        )
+        # A rewrite of the batch: its old rows' deletes, then its new rows.
+        with transaction(conn), merges_deferred(conn):
+            IndexWriter(conn).write_rows(files, "hash")
+        assert all(segment_count(conn, t) <= 3 for t in FILE_FTS_TABLES)
+        for table in FILE_FTS_TABLES:
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+    finally:
+        conn.close()
+        reference.close()

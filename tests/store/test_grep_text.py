@@ -43,9 +43,9 @@ def prepared_files(folder: Path, first: int = 0, count: int = FILES) -> list[Pre
 
 
 def test_a_batch_writes_its_trigram_rows_as_one_segment(tmp_path: Path) -> None:
-    """Every file's knowledge rows are written between its chunks and the next file's
-    (multi-row DELETEs, which open a savepoint and so flush FTS5's pending postings):
-    trigram rows written per file there would leave a segment per file."""
+    """The batch's other statements (multi-row DELETEs among them) open savepoints, which
+    flush FTS5's pending postings: trigram rows written per file between them would leave
+    a segment per file."""
     files = prepared_files(AWESOME_COPILOT)
     conn = open_index(tmp_path / "index.db")
     try:
