@@ -103,6 +103,13 @@ def line_starts(src: str, lines: list[str]) -> list[int]:
     return starts
 
 
+def _may_be_hr(src: str, limit: int) -> bool:
+    """Whether a line ending at ``limit`` whose first character is ``-``, ``*`` or ``_``
+    may be a thematic break: its last character is a marker, a space or a tab (a list
+    item's text, the usual line, fails here, sparing the pattern)."""
+    return src[limit - 1] in "-*_ \t"
+
+
 def _column_count(text: str) -> int:
     """Cells in a table row, as markdown-it's ``escapedSplit`` and edge trimming count them.
 
@@ -178,9 +185,14 @@ class _Parser:
     def tokenize(self, start: int, end: int) -> None:
         """ParserBlock.tokenize, with the rule chain inlined: at each line the first rule
         that matches, in markdown-it's order, each guarded by the first character it needs.
+
+        The rules restore ``blkIndent`` and the level before they return, so both are read
+        once; a line whose first character opens no rule but a table or code goes straight
+        to the paragraph rule.
         """
         src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
-        line_max = self.line_max
+        line_max, blk = self.line_max, self.blk
+        too_deep = self.level >= MAX_NESTING
         line = start
         while line < end:
             while line < line_max and b[line] + ts[line] >= e[line]:
@@ -188,21 +200,23 @@ class _Parser:
             self.line = line
             if line >= end:
                 break
-            if sc[line] < self.blk:
+            if sc[line] < blk:
                 break
-            if self.level >= MAX_NESTING:
+            if too_deep:
                 raise Unsure("nesting deeper than markdown-it's maxNesting")
             pos, limit = b[line] + ts[line], e[line]
             char = src[pos]
-            if not (
-                (src.find("|", pos, limit) >= 0 and self.table(line, end, silent=False))
-                or (sc[line] - self.blk >= 4 and self.code(line, end))
-                or (char in "`~" and self.fence(line, end, silent=False))
+            if src.find("|", pos, limit) >= 0 and self.table(line, end, silent=False):
+                pass
+            elif sc[line] - blk >= 4:
+                self.code(line, end)
+            elif char not in _OPENING_CHARS or not (
+                (char in "`~" and self.fence(line, end, silent=False))
                 or (char == ">" and self.blockquote(line, end))
                 or (char in "*-_" and self.thematic_break(line, pos, limit))
-                or ((char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=False))
+                or ((char in "*-+" or "0" <= char <= "9") and self.list(line, end))
                 or (char == "<" and self.html_block(line, end, silent=False))
-                or (char == "#" and self.heading(line, silent=False))
+                or (char == "#" and self.heading(line))
             ):
                 self.paragraph(line, end)
             line = self.line
@@ -212,13 +226,11 @@ class _Parser:
 
     # -- terminator sets (markdown-it's "alt" chains, in rule order) ------------------------
 
-    def ends_paragraph(self, line: int, end: int) -> bool:
-        """table, fence, blockquote, hr, list, html_block, heading."""
-        src = self.src
-        pos = self.b[line] + self.ts[line]
-        if src.find("|", pos, self.e[line]) >= 0 and self.table(line, end, silent=True):
+    def ends_paragraph(self, line: int, end: int, pos: int, limit: int, char: str) -> bool:
+        """table, fence, blockquote, hr, list, html_block, heading; for a non-empty line
+        whose text is ``src[pos:limit]``, ``char`` its first character."""
+        if self.src.find("|", pos, limit) >= 0 and self.table(line, end, silent=True):
             return True
-        char = src[pos] if pos < len(src) else "\n"
         # Most lines start with a character none of the other rules opens with.
         return char in _OPENING_CHARS and self.ends_blockquote(line, end, char)
 
@@ -232,25 +244,17 @@ class _Parser:
             return not self.is_code(line)
         # A silent rule has no effect but its answer, so the list is asked before the hr:
         # a list item's line (the usual case) then spares the hr's pattern.
-        if (char in "*-+" or "0" <= char <= "9") and self.list(line, end, silent=True):
+        if (char in "*-+" or "0" <= char <= "9") and self.list_opens(line, char):
             return True
         if char in "*-_":
             return self.hr(line)
         if char == "<":
             return self.html_block(line, end, silent=True)
         if char == "#":
-            return self.heading(line, silent=True)
-        return False
-
-    def ends_list(self, line: int, end: int) -> bool:
-        """fence, blockquote, hr."""
-        char = self.first_char(line)
-        if char in "`~":
-            return self.fence(line, end, silent=True)
-        if char == ">":
-            return not self.is_code(line)
-        if char in "*-_":
-            return self.hr(line)
+            return not self.is_code(line) and (
+                _HEADING_MARKER.match(self.src, self.b[line] + self.ts[line], self.e[line])
+                is not None
+            )
         return False
 
     # -- rules ------------------------------------------------------------------------------
@@ -525,28 +529,21 @@ class _Parser:
 
     def thematic_break(self, start: int, pos: int, limit: int) -> bool:
         """The hr rule; ``tokenize`` has checked that ``start`` is not code."""
-        if _HR.fullmatch(self.src, pos, limit) is None:
+        if not _may_be_hr(self.src, limit) or _HR.fullmatch(self.src, pos, limit) is None:
             return False
         self.line = start + 1
         self.out.append((start, self.level, OTHER, 0, ""))
         return True
 
     def hr(self, start: int) -> bool:
-        """The hr rule as a terminator."""
+        """The hr rule as a terminator, for a line whose first character is a marker."""
         if self.sc[start] - self.blk >= 4:
             return False
+        limit = self.e[start]
         # Three or more of one marker, with only spaces and tabs around and between them.
-        return _HR.fullmatch(self.src, self.b[start] + self.ts[start], self.e[start]) is not None
-
-    def bullet_marker(self, line: int) -> int:
-        src = self.src
-        pos = self.b[line] + self.ts[line]
-        if pos >= len(src) or src[pos] not in "*-+":
-            return -1
-        pos += 1
-        if pos < self.e[line] and src[pos] not in _SPACES:
-            return -1
-        return pos
+        return _may_be_hr(self.src, limit) and (
+            _HR.fullmatch(self.src, self.b[start] + self.ts[start], limit) is not None
+        )
 
     def ordered_marker(self, line: int) -> int:
         limit = self.e[line]
@@ -558,37 +555,68 @@ class _Parser:
             return -1
         return pos
 
-    def list(self, start: int, end: int, *, silent: bool) -> bool:
-        src, b, e, ts, sc, bs = self.src, self.b, self.e, self.ts, self.sc, self.bs
+    def list_opens(self, start: int, char: str) -> bool:
+        """The list rule as a terminator, for a line whose first character ``char`` is a
+        bullet or a digit."""
+        sc = self.sc
         count, blk = sc[start], self.blk
         if count - blk >= 4:
             return False
         if self.list_indent >= 0 and count - self.list_indent >= 4 and count < blk:
             return False
-        first = b[start] + ts[start]
-        ordered = "0" <= src[first] <= "9" if first < len(src) else False
-        after = self.ordered_marker(start) if ordered else self.bullet_marker(start)
-        if after < 0:
+        src, limit = self.src, self.e[start]
+        first = self.b[start] + self.ts[start]
+        ordered = "0" <= char <= "9"
+        if ordered:
+            after = self.ordered_marker(start)
+            if after < 0:
+                return False
+        else:
+            after = first + 1
+            if after < limit and src[after] not in _SPACES:
+                return False
+        if self.parent == "paragraph" and count >= blk:
+            # Interrupting a paragraph: an ordered list must start at 1, and no list may
+            # start with an empty item.
+            if ordered and int(src[first : after - 1]) != 1:
+                return False
+            if not src[after:limit].strip(_SPACES):
+                return False
+        return True
+
+    def list(self, start: int, end: int) -> bool:
+        """The list rule, for a non-empty line whose first character is a bullet or a digit.
+
+        Between items ``blkIndent``, ``listIndent`` and the level are the list's own (each
+        item's rules restore them), so they are kept in locals; what ends the list (the
+        terminators fence, blockquote and hr, or another marker) is tested inline.
+        """
+        src, b, e, ts, sc, bs = self.src, self.b, self.e, self.ts, self.sc, self.bs
+        count, blk, list_indent = sc[start], self.blk, self.list_indent
+        if count - blk >= 4:
             return False
-        if silent:
-            if self.parent == "paragraph" and count >= blk:
-                # Interrupting a paragraph: an ordered list must start at 1, and no list
-                # may start with an empty item.
-                if ordered and int(src[first : after - 1]) != 1:
-                    return False
-                if not src[after : e[start]].strip(_SPACES):
-                    return False
-            return True
+        if list_indent >= 0 and count - list_indent >= 4 and count < blk:
+            return False
+        first = b[start] + ts[start]
+        ordered = "0" <= src[first] <= "9"
+        if ordered:
+            after = self.ordered_marker(start)
+            if after < 0:
+                return False
+        else:
+            after = first + 1
+            if after < e[start] and src[after] not in _SPACES:
+                return False
         marker_char = src[after - 1]
 
-        self.out.append((start, self.level, OTHER, 0, ""))
-        self.level += 1
+        out, level, size = self.out, self.level, len(src)
+        out.append((start, level, OTHER, 0, ""))
         line = start
         old_parent, self.parent = self.parent, "list"
         while line < end:
             pos = after
             limit = e[line]
-            initial = offset = sc[line] + after - (b[start] + ts[start])
+            initial = offset = sc[line] + after - first
             while pos < limit:
                 char = src[pos]
                 if char == "\t":
@@ -604,39 +632,46 @@ class _Parser:
                 indent_after_marker = 1
             indent = initial + indent_after_marker
 
-            self.out.append((start, self.level, OTHER, 0, ""))  # list_item_open
-            self.level += 1
+            out.append((start, level + 1, OTHER, 0, ""))  # list_item_open
+            self.level = level + 2
             old_tshift, old_scount = ts[start], sc[start]
-            old_list_indent = self.list_indent
-            self.list_indent = self.blk
+            self.list_indent = blk
             self.blk = indent
             ts[start] = content_start - b[start]
             sc[start] = offset
-            if content_start >= limit and self.is_empty(start + 1):
+            if content_start >= limit and b[start + 1] + ts[start + 1] >= e[start + 1]:
                 # An empty item followed by a blank line: the list ends before what follows.
                 self.line = min(self.line + 2, end)
             else:
                 self.tokenize(start, end)
-            self.blk = self.list_indent
-            self.list_indent = old_list_indent
+            self.blk = blk
+            self.list_indent = list_indent
             ts[start], sc[start] = old_tshift, old_scount
-            self.level -= 1
 
             line = start = self.line
-            if line >= end:
+            if line >= end or sc[line] < blk or sc[line] - blk >= 4:
                 break
-            if sc[line] < self.blk:
+            first = b[line] + ts[line]
+            char = src[first] if first < size else "\n"
+            # The terminators of a list: fence, blockquote, hr.
+            if char in "`~":
+                if self.fence(line, end, silent=True):
+                    break
+            elif char == ">" or (char in "*-_" and _may_be_hr(src, e[line]) and self.hr(line)):
                 break
-            if self.is_code(start):
-                break
-            if self.ends_list(line, end):
-                break
-            after = self.ordered_marker(line) if ordered else self.bullet_marker(line)
-            if after < 0:
-                break
+            if ordered:
+                after = self.ordered_marker(line)
+                if after < 0:
+                    break
+            else:
+                if char not in "*-+":
+                    break
+                after = first + 1
+                if after < e[line] and src[after] not in _SPACES:
+                    break
             if marker_char != src[after - 1]:
                 break
-        self.level -= 1
+        self.level = level
         self.line = line
         self.parent = old_parent
         return True
@@ -670,16 +705,13 @@ class _Parser:
         self.out.append((start, self.level, OTHER, 0, ""))
         return True
 
-    def heading(self, start: int, *, silent: bool) -> bool:
-        if self.is_code(start):
-            return False
+    def heading(self, start: int) -> bool:
+        """The heading rule (``tokenize`` has checked that ``start`` is not code)."""
         src = self.src
         pos, limit = self.b[start] + self.ts[start], self.e[start]
         match = _HEADING_MARKER.match(src, pos, limit)
         if match is None:
             return False
-        if silent:
-            return True
         pos = match.end()
         text = ""
         if self.level == 0:
@@ -713,17 +745,14 @@ class _Parser:
             if count - blk > 3:
                 line += 1
                 continue
-            if count >= blk:
-                marker = src[pos]
-                if marker in "-=":
-                    rest = src[pos:limit].lstrip(marker)
-                    if not rest.strip(_SPACES):
-                        level = 1 if marker == "=" else 2
-                        break
+            char = src[pos]
+            if count >= blk and char in "-=" and not src[pos:limit].lstrip(char).strip(_SPACES):
+                level = 1 if char == "=" else 2
+                break
             if count < 0:
                 line += 1
                 continue
-            if self.ends_paragraph(line, end):
+            if self.ends_paragraph(line, end, pos, limit, char):
                 break
             line += 1
         if level:
@@ -743,16 +772,17 @@ class _Parser:
 
     def paragraph_end(self, start: int) -> int:
         """markdown-it's paragraph scan, which runs to ``lineMax`` whatever its caller's end."""
-        b, e, ts, sc = self.b, self.e, self.ts, self.sc
-        end = self.line_max
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        end, blk = self.line_max, self.blk
         line = start + 1
         while line < end:
-            if b[line] + ts[line] >= e[line]:
+            pos, limit = b[line] + ts[line], e[line]
+            if pos >= limit:
                 break
-            if sc[line] - self.blk > 3 or sc[line] < 0:
+            if sc[line] - blk > 3 or sc[line] < 0:
                 line += 1
                 continue
-            if self.ends_paragraph(line, end):
+            if self.ends_paragraph(line, end, pos, limit, src[pos]):
                 break
             line += 1
         return line
