@@ -40,6 +40,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from rifflux.index.chunker import MARKDOWN_SUFFIXES, push_heading
 from rifflux.index.frontmatter import FrontMatter, text_value
@@ -92,21 +93,23 @@ class LineStarts:
 
 
 # A line that may open or close a fence (its run of markers), be an ATX heading (its
-# marker and text) or a setext underline. The lookahead fails most lines at their first
-# character, before the alternatives are tried one by one.
+# marker and the rest of its line, whose text ``_atx_text`` cuts out) or a setext
+# underline. The lookahead fails most lines at their first character, before the
+# alternatives are tried one by one.
 _CANDIDATE = LineStarts(
     r" {0,3}(?=[`~#=-])"
-    r"(?:(`{3,}|~{3,})|(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$|(=+|-+)[ \t]*$)"
+    r"(?:(`{3,}|~{3,})|(#{1,6})(?![^ \t\n])(.*)|(=+|-+)[ \t]*$)"
 )
 _NOT_PARAGRAPH = re.compile(r"^ {0,3}(?:[-*+>]|\d+[.)]|#|`{3}|~{3}|\|)")
 
 
-@dataclass(frozen=True, slots=True)
-class Section:
+class Section(NamedTuple):
     """A heading and what it owns, as character offsets into the body.
 
     The root (``level`` 0) owns the whole body; its lead is the preamble, and its heading
     the front matter title when no H1 names the document (as the chunker's breadcrumb).
+    A NamedTuple rather than a frozen dataclass, whose constructor sets each field through
+    ``object.__setattr__``: a file makes one per heading.
     """
 
     level: int
@@ -157,7 +160,7 @@ def _headings(body: str) -> list[tuple[int, str, int, int]]:
     found: list[tuple[int, str, int, int]] = []
     fence = ""
     for start, match in _CANDIDATE.matches(body):
-        run, hashes, text, underline = match.groups()
+        run, hashes, rest, underline = match.groups()
         if run:
             if not fence:
                 fence = run
@@ -169,7 +172,7 @@ def _headings(body: str) -> list[tuple[int, str, int, int]]:
             continue
         elif hashes:
             after = min(match.end() + 1, len(body))
-            found.append((len(hashes), " ".join((text or "").split()), start, after))
+            found.append((len(hashes), " ".join(_atx_text(rest).split()), start, after))
         elif start > 0:
             heading = _setext_text(body, start)
             if heading is not None:
@@ -177,6 +180,19 @@ def _headings(body: str) -> list[tuple[int, str, int, int]]:
                 after = min(match.end() + 1, len(body))
                 found.append((level, " ".join(heading[1].split()), heading[0], after))
     return found
+
+
+def _atx_text(rest: str) -> str:
+    """An ATX heading's text, from what follows its marker on its line (empty, or opening
+    with a space or tab): what ``^ {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$``
+    captures, without the lazy scan that tries the closing run at every character: the
+    rest without the spaces around it, and without a closing run of "#" that follows a
+    space or tab."""
+    text = rest.strip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and bare.endswith((" ", "\t")):
+        return bare.rstrip(" \t")
+    return text
 
 
 def _setext_text(body: str, underline: int) -> tuple[int, str] | None:
@@ -261,7 +277,8 @@ _DECISION_TYPE_KEYS = ("decision_type", "decision-type", "decisiontype", "catego
 def heading_label(heading: str) -> str:
     """A heading as a label: lower case, numbering, emoji and punctuation dropped."""
     text = _LINK.sub(r"\1", heading).lower() if "](" in heading else heading.lower()
-    return " ".join(_WORD.findall(_LABEL_NUMBERING.sub("", text, count=1)))
+    numbering = _LABEL_NUMBERING.match(text)  # always matches, if only the empty string
+    return " ".join(_WORD.findall(text, numbering.end() if numbering else 0))
 
 
 _CONTEXT_LABELS = frozenset(
