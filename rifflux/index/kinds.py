@@ -511,9 +511,11 @@ _FIX_HEADING = re.compile(
     r"|^how to (?:fix|resolve|solve|work around)\b|^what to do\b"
     r"|^(?:steps|ways) to (?:fix|resolve)\b|^(?:fix|resolve|solve) (?:it|this)\b"
 )
+# The lookahead (the first letters of the words below; "s" apart, as the lower-case form
+# widens it) fails most lines at their first letter, before the alternatives are tried.
 _FIX_LABEL_REST = (
-    r"[ \t>*_+-]*(?:possible |root |the )?(solution|fix|resolution|workaround|cause|remedy"
-    r"|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*"
+    r"[ \t>*_+-]*(?=[prtfwch]|s)(?:possible |root |the )?(solution|fix|resolution|workaround"
+    r"|cause|remedy|how to fix(?: it| this)?)s?[*_]*[ \t]*[:：][*_]*"
 )
 _FIX_LABELS = LineStarts(_FIX_LABEL_REST, re.I)
 _FIX_LABEL = _FIX_LABELS.anchored
