@@ -226,16 +226,9 @@ class _Parser:
 
     # -- terminator sets (markdown-it's "alt" chains, in rule order) ------------------------
 
-    def ends_paragraph(self, line: int, end: int, pos: int, limit: int, char: str) -> bool:
-        """table, fence, blockquote, hr, list, html_block, heading; for a non-empty line
-        whose text is ``src[pos:limit]``, ``char`` its first character."""
-        if self.src.find("|", pos, limit) >= 0 and self.table(line, end, silent=True):
-            return True
-        # Most lines start with a character none of the other rules opens with.
-        return char in _OPENING_CHARS and self.ends_blockquote(line, end, char)
-
     def ends_blockquote(self, line: int, end: int, char: str | None = None) -> bool:
-        """fence, blockquote, hr, list, html_block, heading (also ends table rows)."""
+        """fence, blockquote, hr, list, html_block, heading (also ends table rows, and
+        paragraphs after the table rule)."""
         if char is None:
             char = self.first_char(line)
         if char in "`~":
@@ -712,17 +705,16 @@ class _Parser:
         match = _HEADING_MARKER.match(src, pos, limit)
         if match is None:
             return False
-        pos = match.end()
         text = ""
         if self.level == 0:
             # Cut trailing spaces, then a closing run of "#" if a space precedes it.
-            limit = pos + len(src[pos:limit].rstrip(_SPACES))
-            closing = pos + len(src[pos:limit].rstrip("#"))
-            if closing > pos and src[closing - 1] in _SPACES:
-                limit = closing
-            text = mdTrim(src[pos:limit])
+            text = src[match.end() : limit].rstrip(_SPACES)
+            bare = text.rstrip("#")
+            if bare and bare[-1] in _SPACES:
+                text = bare
+            text = mdTrim(text)
         self.line = start + 1
-        self.out.append((start, self.level, HEADING, pos - match.start(), text))
+        self.out.append((start, self.level, HEADING, match.end() - pos, text))
         return True
 
     def paragraph(self, start: int, end: int) -> None:
@@ -752,7 +744,10 @@ class _Parser:
             if count < 0:
                 line += 1
                 continue
-            if self.ends_paragraph(line, end, pos, limit, char):
+            # The paragraph's terminators: table, then the blockquote's.
+            if src.find("|", pos, limit) >= 0 and self.table(line, end, silent=True):
+                break
+            if char in _OPENING_CHARS and self.ends_blockquote(line, end, char):
                 break
             line += 1
         if level:
@@ -782,7 +777,9 @@ class _Parser:
             if sc[line] - blk > 3 or sc[line] < 0:
                 line += 1
                 continue
-            if self.ends_paragraph(line, end, pos, limit, src[pos]):
+            if src.find("|", pos, limit) >= 0 and self.table(line, end, silent=True):
+                break
+            if src[pos] in _OPENING_CHARS and self.ends_blockquote(line, end, src[pos]):
                 break
             line += 1
         return line
