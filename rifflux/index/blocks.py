@@ -147,7 +147,10 @@ class _Parser:
             parts = parts[:-1]
         self.line_max = len(parts)
         bmarks = starts[: len(parts)]  # a copy: a blockquote moves its lines' marks
-        emarks: list[int] = list(map(add, bmarks, map(len, parts)))
+        # A line ends where the next starts, less its newline; the text's last line has none.
+        emarks = [start - 1 for start in starts[1 : len(parts) + 1]]
+        if len(parts) == len(starts) - 1:
+            emarks[-1] += 1
         tshift = [len(part) - len(part.lstrip(_SPACES)) for part in parts]
         scount = _columns(parts, tshift) if "\t" in src else tshift.copy()
         # The fake line past the end that markdown-it appends to simplify bounds checks.
