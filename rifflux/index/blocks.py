@@ -110,6 +110,19 @@ def _may_be_hr(src: str, limit: int) -> bool:
     return src[limit - 1] in "-*_ \t"
 
 
+def _opens_only_a_paragraph(src: str, pos: int, limit: int) -> bool:
+    """Whether a line whose text (not indented as code) is ``src[pos:limit]`` opens no
+    block rule but table and paragraph, by its first characters: none a rule opens with,
+    or emphasis (``*`` then text, in a line that cannot be an hr) or inline code (fewer
+    than three backticks), the usual openings of a list item's text."""
+    char = src[pos]
+    if char not in _OPENING_CHARS:
+        return True
+    if char == "*":
+        return pos + 1 < limit and src[pos + 1] not in _SPACES and not _may_be_hr(src, limit)
+    return char == "`" and not src.startswith("```", pos)
+
+
 def _column_count(text: str) -> int:
     """Cells in a table row, as markdown-it's ``escapedSplit`` and edge trimming count them.
 
@@ -638,7 +651,7 @@ class _Parser:
             if content_start >= limit and b[start + 1] + ts[start + 1] >= e[start + 1]:
                 # An empty item followed by a blank line: the list ends before what follows.
                 self.line = min(self.line + 2, end)
-            else:
+            elif not self.one_line_item(start, end, content_start, limit):
                 self.tokenize(start, end)
             self.blk = blk
             self.list_indent = list_indent
@@ -670,6 +683,50 @@ class _Parser:
         self.level = level
         self.line = line
         self.parent = old_parent
+        return True
+
+    def one_line_item(self, start: int, end: int, pos: int, limit: int) -> bool:
+        """What ``tokenize`` does for a list item (its marks set, its text ``src[pos:limit]``)
+        that is one non-empty line of paragraph text followed by a blank line (and nothing
+        more indented) or by the next item's marker, the usual item; False, having done
+        nothing, for any other.
+
+        The line opens no rule but the paragraph (its first characters, no pipe, not code),
+        and the paragraph ends at the next line without ``paragraph_end``: a blank line,
+        or one outdented from the item that the list rule says ends a paragraph.
+        """
+        src, b, e, ts, sc = self.src, self.b, self.e, self.ts, self.sc
+        blk = self.blk
+        following = start + 1
+        if (
+            self.level >= MAX_NESTING
+            or end != self.line_max
+            or following >= end
+            or pos >= limit
+            or not _opens_only_a_paragraph(src, pos, limit)
+            or src.find("|", pos, limit) >= 0
+            or sc[start] - blk >= 4
+        ):
+            return False
+        at, stop = b[following] + ts[following], e[following]
+        if at >= stop:
+            after = following + 1  # past the blank lines, where tokenize stops
+            while after < end and b[after] + ts[after] >= e[after]:
+                after += 1
+            if after < end and sc[after] >= blk:
+                return False  # the item goes on
+            self.line = after
+        else:
+            count, char = sc[following], src[at]
+            if not 0 <= count < blk or src.find("|", at, stop) >= 0:
+                return False
+            old_parent, self.parent = self.parent, "paragraph"
+            if not ((char in "*-+" or "0" <= char <= "9") and self.list_opens(following, char)):
+                self.parent = old_parent
+                return False
+            self.line = following
+        self.parent = "paragraph"  # as the paragraph rule leaves it
+        self.out.append((start, self.level, OTHER, 0, ""))
         return True
 
     def html_block(self, start: int, end: int, *, silent: bool) -> bool:
