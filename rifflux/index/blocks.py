@@ -21,8 +21,9 @@ chunker reads. Invariants:
 - **No rule looks back**, so a scan may start at any line as if those before it were
   blank: the chunker starts below the front matter instead of blanking it.
 - **What differs is cost, not behaviour:** no Token objects, no content strings except a
-  top-level heading's text, a first-character test before each rule, and table cells
-  counted without splitting them.
+  top-level heading's text, a first-character test before each rule, table cells
+  counted without splitting them, and a list item of one line of text (the usual item)
+  checked and emitted in one step (``one_line_item``) instead of by ``tokenize``.
 - **Unsure means fall back.** :func:`scan` raises :class:`Unsure` for input it does not
   model (a NUL character, which markdown-it rewrites before parsing; nesting deeper than
   markdown-it's ``maxNesting``, where it stops parsing; another markdown-it-py version);

@@ -183,7 +183,7 @@ def _headings(body: str) -> list[tuple[int, str, int, int]]:
 
 
 def _atx_text(rest: str) -> str:
-    """An ATX heading's text, from what follows its marker on its line (empty, or opening
+    r"""An ATX heading's text, from what follows its marker on its line (empty, or opening
     with a space or tab): what ``^ {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$``
     captures, without the lazy scan that tries the closing run at every character: the
     rest without the spaces around it, and without a closing run of "#" that follows a
