@@ -250,6 +250,49 @@ def test_markdown_character_soup_gives_the_same_chunks_either_way(
     assert_same_structure(text, [limits], scanned=None)
 
 
+# Lists of short items, where the scan takes a one-line item in one step: the item's
+# text may open a block (emphasis, code, an hr, a table row), be empty, or run on.
+LIST_INDENTS = ["", "", "", " ", "  ", "   ", "    ", "      ", "\t", "> ", ">"]
+LIST_MARKERS = ["- ", "- ", "* ", "+ ", "1. ", "2. ", "1) ", "-", "*", "-   ", "-      ", ""]
+LIST_BODIES = [
+    "word",
+    "**bold** x",
+    "*",
+    "**",
+    "* * *",
+    "*x*",
+    "`code`",
+    "```",
+    "``",
+    "```py",
+    "| a |",
+    "a | b",
+    "---",
+    "***",
+    "x *",
+    "# h",
+    "<div>",
+    "> q",
+    "1. x",
+    "",
+    "",
+    "=== ",
+    "~~~",
+    "[l](u)",
+    "-",
+    "* - *",
+]
+list_line = st.tuples(
+    st.sampled_from(LIST_INDENTS), st.sampled_from(LIST_MARKERS), st.sampled_from(LIST_BODIES)
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(list_line, list_line, st.just("")), max_size=30).map("\n".join))
+def test_generated_lists_give_the_same_chunks_either_way(text: str) -> None:
+    assert_same_structure(text, [(1200, 600), (40, 0)], scanned=None)
+
+
 HOSTILE = ">" * 30 + " deep\n\n> - <!-- note\n> "
 """Nesting deeper than the scan follows sends the chunker to markdown-it, which raises
 IndexError on the rest."""
