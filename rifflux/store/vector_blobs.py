@@ -85,16 +85,27 @@ def compact(blob: bytes, dim: int) -> bytes:
 
 def int8_rows(blobs: Iterable[tuple[int, bytes]], rows: int, dim: int) -> np.ndarray:
     """An int8 ``[rows, dim]`` matrix with each ``(row, blob)`` at its row: int8 blobs as
-    stored, float32 blobs quantized. Rows without a blob are left unset."""
+    stored, float32 blobs quantized. Rows without a blob are left unset.
+
+    Holds the blobs it is given until the end (a publish gives one block of
+    ``READ_BLOCK_ROWS``, rifflux.vectors.publish)."""
     out = np.empty((rows, dim), dtype=np.int8)
+    int8_at: list[int] = []
+    int8_blobs: list[bytes] = []
     float_at: list[int] = []
     float_blobs: list[bytes] = []
+    width = dim * INT8_BYTES
     for row, blob in blobs:
-        if len(blob) == dim * INT8_BYTES:
-            out[row] = np.frombuffer(blob, dtype=np.int8, count=dim)
+        if len(blob) == width:
+            int8_at.append(row)
+            int8_blobs.append(blob)
         else:
             float_at.append(row)
             float_blobs.append(blob)
+    if int8_blobs:
+        # One copy of the joined blobs, not one small array a row.
+        joined = np.frombuffer(b"".join(int8_blobs), dtype=np.int8)
+        out[int8_at] = joined.reshape(len(int8_at), dim)
     if float_blobs:
         out[float_at] = quantize_rows(_float_rows(float_blobs, dim))
     return out

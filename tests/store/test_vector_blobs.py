@@ -52,6 +52,18 @@ def test_requantizing_an_int8_row_is_the_identity(rows: np.ndarray) -> None:
     assert encode_rows(rows.astype(np.float64)) == encode_rows(list(rows))
 
 
+def test_int8_rows_puts_each_blob_at_its_row_whatever_its_form() -> None:
+    rng = np.random.default_rng(7)
+    vectors = list(rng.normal(size=(40, 12)).astype(np.float32))
+    mixed = [
+        (row, float32_blobs([vectors[row]])[0] if row % 3 else encode_rows([vectors[row]])[0])
+        for row in rng.permutation(len(vectors)).tolist()
+    ]
+    one_by_one = np.stack([int8_rows([(0, blob)], 1, 12)[0] for _, blob in sorted(mixed)])
+    assert np.array_equal(int8_rows(mixed, len(vectors), 12), one_by_one)
+    assert np.array_equal(one_by_one, quantize_rows(np.stack(vectors)))
+
+
 def test_a_blob_of_neither_length_is_refused_with_a_fix() -> None:
     with pytest.raises(ValueError, match="index --force"):
         int8_rows([(0, b"\x00" * 10)], 1, 4)
