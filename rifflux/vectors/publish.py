@@ -29,9 +29,9 @@ import os
 import secrets
 import sqlite3
 import time
-from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +70,7 @@ from rifflux.vectors.segments import (
     load_segment,
     map_vectors,
     read_manifest,
-    row_ident,
+    row_idents,
     stat_key,
     vectors_dir,
     write_dead,
@@ -185,42 +185,51 @@ def changed_rows(
 
 def _db_rows(generation: int, model: str | None, dim: int, rows: Iterable[sqlite3.Row]) -> DbRows:
     """:class:`DbRows` of (rowid, path, chunk_index, embed hash) rows, sorted by (path,
-    chunk_index) whatever their order: each row is read into compact int64 columns as it
-    comes (each path once), then the columns are sorted. A full listing comes sorted
-    already (the sort is then ~0.1 s of its 2.3 s at 800k rows); a job's publish reads
-    hundreds of thousands of changed rows in rowid order: sorting them as Python rows
-    held every row's path and hex hash strings (a worker's 316 MiB peak at 100k files)."""
-    rowids, idents, ordinals, indexes = array("q"), array("q"), array("q"), array("q")
+    chunk_index) whatever their order: ``READ_BLOCK_ROWS`` rows at a time are turned into
+    compact int64 columns (each path once, every identity of the block hashed in one
+    pass, :func:`~rifflux.vectors.segments.row_idents`), then the columns are sorted. A
+    full listing comes sorted already (the sort is then ~0.1 s of its 2.3 s at 800k
+    rows); a job's publish reads hundreds of thousands of changed rows in rowid order:
+    sorting them as Python rows held every row's path and hex hash strings (a worker's
+    316 MiB peak at 100k files)."""
+    rowids: list[np.ndarray] = []
+    idents: list[np.ndarray] = []
+    ordinals: list[np.ndarray] = []
+    indexes: list[np.ndarray] = []
     ordinal_of: dict[str, int] = {}
-    for rowid, path, chunk_index, embed_sha256 in rows:
-        rowids.append(rowid)
-        idents.append(row_ident(rowid, path, chunk_index, embed_sha256))
-        ordinals.append(ordinal_of.setdefault(path, len(ordinal_of)))
-        indexes.append(chunk_index)
+    listed = iter(rows)
+    while block := list(islice(listed, READ_BLOCK_ROWS)):
+        ids, paths, chunk_indexes, hashes = zip(*block, strict=True)
+        del block
+        rowids.append(np.array(ids, dtype=np.int64))
+        idents.append(row_idents(ids, paths, chunk_indexes, hashes))
+        at = (ordinal_of.setdefault(path, len(ordinal_of)) for path in paths)
+        ordinals.append(np.fromiter(at, np.int64, len(paths)))
+        indexes.append(np.array(chunk_indexes, dtype=np.int64))
     names = sorted(ordinal_of)
     # rank[k]: where the path first seen k-th stands in sorted order.
     rank = np.empty(len(names), dtype=np.int64)
     rank[np.fromiter((ordinal_of[name] for name in names), np.int64, len(names))] = np.arange(
         len(names)
     )
-    path_ordinals = rank[_int64(ordinals)]
-    chunk_indexes = _int64(indexes)
-    order = np.lexsort((chunk_indexes, path_ordinals))
+    path_ordinals = rank[_column(ordinals)]
+    chunk_indexes_all = _column(indexes)
+    order = np.lexsort((chunk_indexes_all, path_ordinals))
     return DbRows(
         generation=generation,
         model=model,
         dim=dim,
-        rowids=_int64(rowids)[order],
-        idents=_int64(idents)[order],
+        rowids=_column(rowids)[order],
+        idents=_column(idents)[order],
         path_ordinals=path_ordinals[order],
         path_names=names,
-        chunk_indexes=chunk_indexes[order],
+        chunk_indexes=chunk_indexes_all[order],
     )
 
 
-def _int64(values: array[int]) -> np.ndarray:
-    """An int64 array of ``values`` (sharing its buffer)."""
-    return np.frombuffer(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+def _column(blocks: list[np.ndarray]) -> np.ndarray:
+    """The blocks of one int64 column as one array; the list emptied (:func:`_joined`)."""
+    return _joined(blocks) if blocks else np.zeros(0, np.int64)
 
 
 def list_rowids(conn: sqlite3.Connection, model: str | None, dim: int) -> np.ndarray:

@@ -20,6 +20,8 @@ from rifflux.vectors.segments import (
     META_INDEX,
     META_PATH,
     read_manifest,
+    row_ident,
+    row_idents,
     vectors_dir,
 )
 
@@ -226,6 +228,20 @@ def test_a_reused_rowid_is_a_new_row_for_the_cache(
     assert reused, "precondition: SQLite gave a rewritten chunk a deleted chunk's rowid"
     assert result is not None and result.rows_added == len(reused)
     assert result.rows_removed == len(reused)
+
+
+def test_row_idents_are_the_row_ident_of_each_row() -> None:
+    rows = [
+        (1, "a.md", 0, "0" * 64),
+        (2**62, "dossier/été/ünïcode.md", 7, "f" * 64),
+        (31, "a.md", 12, "ab" * 32),
+        *((i, f"docs/d{i % 7}.md", i % 5, f"{i:064x}") for i in range(300)),
+    ]
+    rowids, paths, indexes, hashes = zip(*rows, strict=True)
+    idents = row_idents(rowids, paths, indexes, hashes)
+    assert idents.dtype == np.int64
+    assert idents.tolist() == [row_ident(*row) for row in rows]
+    assert (idents < 0).any() and (idents > 0).any()
 
 
 def test_a_publish_reads_vectors_in_blocks_without_a_float32_copy_of_all_rows(
