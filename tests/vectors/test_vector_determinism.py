@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+from rifflux.store.vector_blobs import MAX_EXACT_DIM
 from rifflux.vectors.quantize import (
     integer_dots,
     quantize_query,
     quantize_rows,
     scalar_cosine,
+    squared_norms,
 )
 from rifflux.vectors.scan import Candidate, search_segments
 from rifflux.vectors.segments import Segment, segment_meta
@@ -117,6 +119,18 @@ def test_scores_and_ranks_equal_a_scalar_reference_in_python_integers() -> None:
     expected = sorted(range(ROWS), key=lambda i: (-scores[i], f"d{i // 5:04d}.md", i % 5))
     assert [h.row_id for h in hits] == expected[:LIMIT]
     assert [h.cosine for h in hits] == [scores[i] for i in expected[:LIMIT]]
+
+
+@pytest.mark.parametrize("dim", [1, 384, MAX_EXACT_DIM, MAX_EXACT_DIM + 1])
+def test_squared_norms_are_the_exact_integers_at_every_dimension(dim: int) -> None:
+    rng = np.random.default_rng(dim)
+    rows = rng.integers(-127, 128, size=(50, dim), dtype=np.int8)
+    rows[0] = -127  # the largest sum a row can have
+    rows[1] = 0
+    expected = [sum(int(v) * int(v) for v in row) for row in rows]
+    norms = squared_norms(rows)
+    assert norms.dtype == np.int64
+    assert norms.tolist() == expected
 
 
 def test_quantization_is_per_row_whatever_the_blocks() -> None:
