@@ -565,27 +565,33 @@ class _Parser:
             return -1
         return pos
 
+    def marker_end(self, start: int) -> int:
+        """Where the list marker of line ``start`` (its first character a bullet or a digit)
+        ends; -1 when the line opens no list item here: indented as code, or as code of
+        the list around it, or no marker followed by a space."""
+        count, blk, list_indent = self.sc[start], self.blk, self.list_indent
+        if count - blk >= 4:
+            return -1
+        if list_indent >= 0 and count - list_indent >= 4 and count < blk:
+            return -1
+        first = self.b[start] + self.ts[start]
+        if "0" <= self.src[first] <= "9":
+            return self.ordered_marker(start)
+        after = first + 1
+        if after < self.e[start] and self.src[after] not in _SPACES:
+            return -1
+        return after
+
     def list_opens(self, start: int, char: str) -> bool:
         """The list rule as a terminator, for a line whose first character ``char`` is a
         bullet or a digit."""
-        sc = self.sc
-        count, blk = sc[start], self.blk
-        if count - blk >= 4:
-            return False
-        if self.list_indent >= 0 and count - self.list_indent >= 4 and count < blk:
+        after = self.marker_end(start)
+        if after < 0:
             return False
         src, limit = self.src, self.e[start]
         first = self.b[start] + self.ts[start]
         ordered = "0" <= char <= "9"
-        if ordered:
-            after = self.ordered_marker(start)
-            if after < 0:
-                return False
-        else:
-            after = first + 1
-            if after < limit and src[after] not in _SPACES:
-                return False
-        if self.parent == "paragraph" and count >= blk:
+        if self.parent == "paragraph" and self.sc[start] >= self.blk:
             # Interrupting a paragraph: an ordered list must start at 1, and no list may
             # start with an empty item.
             if ordered and int(src[first : after - 1]) != 1:
@@ -601,22 +607,13 @@ class _Parser:
         item's rules restore them), so they are kept in locals; what ends the list (the
         terminators fence, blockquote and hr, or another marker) is tested inline.
         """
+        after = self.marker_end(start)
+        if after < 0:
+            return False
         src, b, e, ts, sc, bs = self.src, self.b, self.e, self.ts, self.sc, self.bs
-        count, blk, list_indent = sc[start], self.blk, self.list_indent
-        if count - blk >= 4:
-            return False
-        if list_indent >= 0 and count - list_indent >= 4 and count < blk:
-            return False
+        blk, list_indent = self.blk, self.list_indent
         first = b[start] + ts[start]
         ordered = "0" <= src[first] <= "9"
-        if ordered:
-            after = self.ordered_marker(start)
-            if after < 0:
-                return False
-        else:
-            after = first + 1
-            if after < e[start] and src[after] not in _SPACES:
-                return False
         marker_char = src[after - 1]
 
         out, level, size = self.out, self.level, len(src)
