@@ -13,7 +13,10 @@ the clock starts; the span is submit → the job's ``finished_at``. One JSON lin
 - ``first_embed_s``, ``last_chunk_s``, ``last_embed_s``, ``finalize_s`` (its start and
   end): the job's course, in seconds after submit;
 - ``first_10s``: where the first 10 s after submit went, in worker-seconds per actor
-  (plan, chunk, embed, write, finalize) and idle, out of W × 10 s.
+  (plan, chunk, embed, write, finalize) and idle, out of W × 10 s;
+- ``rows_sha256``: a digest of every stored chunk (file, hash, heading, text, index) with
+  its vector, in path order, and ``same_rows``: whether it equals the first W's, so the
+  index a pool of 16 builds is checked against the one a single worker builds.
 
 ``--simulated MS_PER_CHUNK`` embeds with a wall-time cost of MS_PER_CHUNK per text (a
 sleep: no CPU), so a 2-core machine shows the pipeline's own limits at 16 workers;
@@ -26,6 +29,7 @@ The workers run ``benchmarks.core_scaling_actors`` (the real actors, traced).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import sys
@@ -40,6 +44,7 @@ from benchmarks.harness import DEFAULT_CORPUS, emit, emit_machine
 from rifflux.config import Settings
 from rifflux.logs import configure_logging
 from rifflux.reindex.runner import JobRunner
+from rifflux.store.connection import open_index
 from workers.launcher import launch_local_pool
 
 BOOT_TIMEOUT_S = 300.0
@@ -67,6 +72,23 @@ def busy_within(intervals: list[tuple[float, float]], begin: float, end: float) 
             covered += stop - start
             reach = stop
     return covered
+
+
+def rows_digest(db_path: Path) -> str:
+    """sha256 of every stored chunk with its file and vector, in (path, chunk) order."""
+    digest = hashlib.sha256()
+    conn = open_index(db_path)
+    try:
+        rows = conn.execute(
+            "SELECT f.path, f.sha256, c.chunk_id, c.chunk_index, c.heading_path, c.content, "
+            "e.model, e.vec FROM chunks c JOIN files f ON f.id = c.file_id "
+            "LEFT JOIN embeddings e ON e.chunk_id = c.chunk_id ORDER BY f.path, c.chunk_index"
+        )
+        for row in rows:
+            digest.update(repr(tuple(row)).encode())
+    finally:
+        conn.close()
+    return digest.hexdigest()
 
 
 def run_one(corpus: Path, workers: int, work: Path, backend: str, run: int) -> dict[str, Any]:
@@ -125,6 +147,7 @@ def run_one(corpus: Path, workers: int, work: Path, backend: str, run: int) -> d
             **{kind: round(first[kind], 2) for kind in ACTORS},
             "embed_share": round(first["embed_batch"] / window, 3) if window else 0.0,
         },
+        "rows_sha256": rows_digest(settings.db_path),
     }
 
 
@@ -160,12 +183,13 @@ def main() -> int:
             onnx_threads=os.environ["RIFFLUX_ONNX_THREADS"] if backend == "onnx" else None,
             usable_cpus=len(os.sched_getaffinity(0)),
         )
-        base: tuple[int, float] | None = None
+        base: tuple[int, float, str] | None = None
         for run, workers in enumerate(args.workers):
             result = run_one(corpus, workers, work, backend, run)
             if base is None:
-                base = (workers, result["span_s"])
+                base = (workers, result["span_s"], result["rows_sha256"])
             result["efficiency"] = round(base[0] * base[1] / (workers * result["span_s"]), 3)
+            result["same_rows"] = result["rows_sha256"] == base[2]
             emit("core_scaling", **result)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -35,7 +35,8 @@ for w in $WORKERS; do
   taskset -c "0-$((w - 1))" "$PYTHON" -m benchmarks.core_scaling --workers "$w" "${args[@]}" \
     | tee "$OUT/core_scaling-$w.jsonl"
 done
-# Efficiency against the smallest W of the run (each W ran alone, so each line says 1.0).
+# Efficiency against the smallest W of the run (each W ran alone, so each line says 1.0),
+# and whether each W stored the same rows as the smallest.
 "$PYTHON" - "$OUT" <<'EOF'
 import json, pathlib, sys
 rows = []
@@ -43,8 +44,8 @@ for path in pathlib.Path(sys.argv[1]).glob("core_scaling-*.jsonl"):
     rows += [r for r in map(json.loads, path.read_text().splitlines()) if r["measure"] == "core_scaling"]
 rows.sort(key=lambda r: r["workers"])
 if rows:
-    w0, t0 = rows[0]["workers"], rows[0]["span_s"]
+    w0, t0, d0 = rows[0]["workers"], rows[0]["span_s"], rows[0].get("rows_sha256")
     for r in rows:
         e = round(w0 * t0 / (r["workers"] * r["span_s"]), 3)
-        print(json.dumps({"workers": r["workers"], "span_s": r["span_s"], "over_first": round(r["span_s"] / t0, 3), "efficiency_vs_first": e, "units": r["units"], "writer_busy": r["writer_busy"]}))
+        print(json.dumps({"workers": r["workers"], "span_s": r["span_s"], "over_first": round(r["span_s"] / t0, 3), "efficiency_vs_first": e, "units": r["units"], "writer_busy": r["writer_busy"], "same_rows_as_first": r.get("rows_sha256") == d0}))
 EOF
